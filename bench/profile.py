@@ -1,0 +1,156 @@
+"""`python -m bench profile CONFIG --only REGEX [--run RUN_DIR]`: tensor-pipe use read by Nsight Compute.
+
+For each selected case a child process builds the case, runs it once to compile/autotune, then runs one
+timed-region call between cudaProfilerStart/Stop; `ncu --profile-from-start off` profiles exactly the
+kernels of that call (clocks left alone: `--clock-control none`). Per case we store the duration-weighted
+tensor-pipe activity (`tc_util_ncu`, a fraction) and the achieved SM clock, in the run's results.json
+when --run is given.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+METRIC_TC = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+METRIC_CLK = "sm__cycles_elapsed.avg.per_second"
+METRIC_DUR = "gpu__time_duration.sum"
+METRICS = ",".join([METRIC_TC, METRIC_CLK, METRIC_DUR])
+
+
+def find_ncu() -> str | None:
+    for cand in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if cand and Path(cand).exists():
+            return cand
+    found = sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu")) if Path("/opt/nvidia").exists() else []
+    return str(found[-1]) if found else None
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except (ValueError, AttributeError):
+        return None
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """Kernel rows of `ncu --csv --page raw --print-units base` output (banner lines ignored)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        return []
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    kernels = []
+    for r in rows:
+        dur = _num(r.get(METRIC_DUR, ""))
+        if dur is None:  # the units row
+            continue
+        kernels.append({"name": r.get("Kernel Name", "?"), "duration_ns": dur,
+                        "tc_util_pct": _num(r.get(METRIC_TC, "")), "sm_clock_hz": _num(r.get(METRIC_CLK, ""))})
+    return kernels
+
+
+def summarize(kernels: list[dict]) -> dict:
+    """Duration-weighted tensor-pipe activity and SM clock over the kernels of one call."""
+    total = sum(k["duration_ns"] for k in kernels)
+    if not kernels or total <= 0:
+        return {"tc_util_ncu": None, "ncu_sm_clock_mhz": None, "ncu_kernels": kernels}
+    tc = sum(k["duration_ns"] * (k["tc_util_pct"] or 0.0) for k in kernels) / total / 100.0
+    clk = sum(k["duration_ns"] * (k["sm_clock_hz"] or 0.0) for k in kernels) / total / 1e6
+    return {"tc_util_ncu": tc, "ncu_sm_clock_mhz": clk, "ncu_kernels": kernels,
+            "ncu_duration_ms": total / 1e6}
+
+
+def _child(cfg, case_id: str, device_index: int | None) -> int:
+    """Inside ncu: build the case, warm it, run one call inside the profiler range."""
+    from bench.config import dtype_of
+    from bench.runner import spec_for
+    from kernels.registry import get_provider
+    from workloads import build_lengths, make_batch
+
+    case = next(c for c in cfg.cases if c.id == case_id)
+    w = case.workload
+    device = torch.device("cuda", device_index or 0)
+    q, kv = build_lengths(w.family, w.family_params, w.rule, w.rule_params, batch_size=w.B,
+                          max_len=w.max_len, seed=w.seed, sort=w.sort_by_length)
+    batch = make_batch(q, kv, H=w.H, Hkv=w.Hkv, D=w.D, dtype=dtype_of(w.dtype), device=device, seed=w.seed)
+    provider = get_provider(case.provider)
+    fn = provider.build(batch, spec_for(w, case.mode), case.mode)
+    fn()
+    fn()
+    torch.cuda.synchronize(device)
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize(device)
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+def profile(cfg, a) -> int:
+    from bench.cli import UsageError
+    from bench.runner import select
+
+    if a.case:
+        return _child(cfg, a.case, a.device)
+    providers = [p.strip() for p in a.providers.split(",")] if a.providers else None
+    cases = select(cfg.cases, a.only, providers)
+    if not cases:
+        raise UsageError(f"{cfg.path}: no case matches --only {a.only!r}")
+    ncu = find_ncu()
+    if ncu is None:
+        raise UsageError("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin; "
+                         "profile needs it (it ships with the CUDA toolkit)")
+    if not torch.cuda.is_available():
+        raise UsageError("profile needs a CUDA GPU")
+    run_dir = Path(a.run) if a.run else None
+    if run_dir and not (run_dir / "results.json").is_file():
+        raise UsageError(f"--run {run_dir}: no results.json there")
+    results = {}
+    for case in cases:
+        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
+               "--print-units", "base", "--metrics", METRICS, sys.executable, "-m", "bench", "profile",
+               str(cfg.path), "--only", f"^{re.escape(case.id)}$", "--case", case.id]
+        if a.device is not None:
+            cmd += ["--device", str(a.device)]
+        print(f"profiling {case.id} ...", flush=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            results[case.id] = {"error": "ncu timed out after 900 s"}
+            continue
+        kernels = parse_ncu_csv(proc.stdout)
+        if proc.returncode != 0 or not kernels:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            results[case.id] = {"error": f"ncu exit {proc.returncode}: {' | '.join(tail)}"[:400]}
+        else:
+            results[case.id] = summarize(kernels)
+        r = results[case.id]
+        if r.get("tc_util_ncu") is not None:
+            print(f"  tensor pipe {100 * r['tc_util_ncu']:.1f}% at {r['ncu_sm_clock_mhz']:.0f} MHz "
+                  f"over {len(r['ncu_kernels'])} kernel(s), {r['ncu_duration_ms']:.3f} ms", flush=True)
+        else:
+            print(f"  {r.get('error')}", flush=True)
+    if run_dir:
+        from bench.results import ResultsWriter, load_results
+        data = load_results(run_dir)
+        writer = ResultsWriter(run_dir, {}, data)
+        for c in writer.data["cases"]:
+            if c["id"] in results:
+                c.update({k: v for k, v in results[c["id"]].items()})
+        writer.flush()
+        from bench.cli import _render
+        _render(run_dir)
+        print(f"stored in {run_dir / 'results.json'}")
+    else:
+        out = Path(cfg.model.output_dir) / f"profile-{cfg.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "profile.json").write_text(json.dumps(results, indent=1))
+        print(f"stored in {out / 'profile.json'}")
+    return 0 if all("error" not in r for r in results.values()) else 1

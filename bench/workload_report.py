@@ -1,0 +1,40 @@
+"""`python -m bench workloads CONFIG`: the statistics of every workload, and a length histogram each."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.config import LoadedConfig
+from workloads import build_lengths, plot_length_histogram, stats
+
+COLUMNS = ["workload", "B", "mean_q", "p50_q", "p99_q", "max_q", "mean_kv", "p99_kv", "max_kv",
+           "padding_waste", "padding_waste_kv", "flop_waste", "imbalance", "top1pct_work_share"]
+
+
+def workload_table(cfg: LoadedConfig) -> tuple[pd.DataFrame, dict]:
+    rows, lengths, seen = [], {}, set()
+    for case in cfg.cases:
+        w = case.workload
+        if w.name in seen:
+            continue
+        seen.add(w.name)
+        q, kv = build_lengths(w.family, w.family_params, w.rule, w.rule_params, batch_size=w.B,
+                              max_len=w.max_len, seed=w.seed, sort=w.sort_by_length)
+        lengths[w.name] = (q, kv)
+        rows.append({"workload": w.name, **stats(q, kv, causal=w.causal)})
+    return pd.DataFrame(rows), lengths
+
+
+def describe(cfg: LoadedConfig, out: Path | None = None) -> int:
+    df, lengths = workload_table(cfg)
+    out = out or Path(cfg.model.output_dir) / f"workloads-{cfg.name}"
+    out.mkdir(parents=True, exist_ok=True)
+    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_columns", None,
+                           "display.float_format", "{:.3f}".format):
+        print(df[[c for c in COLUMNS if c in df.columns]].to_string(index=False))
+    df.to_csv(out / "workloads.csv", index=False)
+    for name, (q, kv) in lengths.items():
+        plot_length_histogram(q, kv, out / (name.replace("/", "_") + ".png"), title=name)
+    print(f"\nstatistics: {out / 'workloads.csv'}; histograms: {out}/*.png ({len(lengths)})")
+    return 0

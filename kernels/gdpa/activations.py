@@ -1,0 +1,123 @@
+"""GDPA activations as Triton device functions: value and derivative (DESIGN §3 table).
+
+`ACT` is a constexpr string, so each kernel is specialised to one activation and the branches below
+vanish at compile time. `HW_TANH` selects the tanh of the `fast_*` variants: 0 an overflow-safe exp formula (the interpreter,
+and the exact variants always), 1 the one-instruction hardware `tanh.approx.f32` (inline PTX), 2 the
+packed `tanh.approx.f16x2`, which gives two results per special-function-unit issue (half the MUFU
+time, fp16 precision: still far below the bf16 rounding of P).
+"""
+import triton
+import triton.language as tl
+
+_SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
+_GELU_C3 = tl.constexpr(0.035677408136300125)  # 0.044715 * sqrt(2/pi)
+_INV_SQRT_2 = tl.constexpr(0.7071067811865476)
+_INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
+
+
+@triton.jit
+def _tanh_hw(x):
+    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _tanh_hw_f16x2(x):
+    t = tl.inline_asm_elementwise("tanh.approx.f16x2 $0, $1;", "=r,r", [x.to(tl.float16)],
+                                  dtype=tl.float16, is_pure=True, pack=2)
+    return t.to(tl.float32)
+
+
+@triton.jit
+def _tanh_exact(x):
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x >= 0, t, -t)
+
+
+@triton.jit
+def _tanh(x, HW_TANH: tl.constexpr):
+    if HW_TANH == 2:
+        return _tanh_hw_f16x2(x)
+    elif HW_TANH == 1:
+        return _tanh_hw(x)
+    else:
+        return _tanh_exact(x)
+
+
+@triton.jit
+def act_fwd(x, ACT: tl.constexpr, HW_TANH: tl.constexpr):
+    """act(x) for a tile of fp32 scores."""
+    if ACT == "raw":
+        y = x
+    elif ACT == "relu":
+        y = tl.maximum(x, 0.0)
+    elif ACT == "relu_square":
+        r = tl.maximum(x, 0.0)
+        y = r * r
+    elif ACT == "leaky_relu":
+        y = tl.where(x >= 0, x, 0.01 * x)
+    elif ACT == "gelu":
+        y = 0.5 * x * (1.0 + tl.math.erf(x * _INV_SQRT_2))
+    elif ACT == "gelu_tanh":
+        t = _tanh_exact(x * (_SQRT_2_OVER_PI + _GELU_C3 * x * x))
+        y = 0.5 * x * (1.0 + t)
+    elif ACT == "fast_gelu":
+        t = _tanh(x * (_SQRT_2_OVER_PI + _GELU_C3 * x * x), HW_TANH)
+        hx = 0.5 * x
+        y = hx + hx * t
+    elif ACT == "silu":
+        y = x * tl.sigmoid(x)
+    elif ACT == "fast_silu":
+        hx = 0.5 * x
+        y = hx + hx * _tanh(hx, HW_TANH)
+    elif ACT == "hardswish":
+        y = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) * (1.0 / 6.0)
+    else:
+        tl.static_assert(False, "unknown activation")
+    return y
+
+
+@triton.jit
+def act_fwd_bwd(x, ACT: tl.constexpr, HW_TANH: tl.constexpr):
+    """(act(x), act'(x)) sharing the expensive part (one tanh / erf / sigmoid per element)."""
+    if ACT == "raw":
+        y = x
+        dy = tl.full(x.shape, 1.0, tl.float32)
+    elif ACT == "relu":
+        y = tl.maximum(x, 0.0)
+        dy = tl.where(x > 0, 1.0, 0.0)
+    elif ACT == "relu_square":
+        r = tl.maximum(x, 0.0)
+        y = r * r
+        dy = 2.0 * r
+    elif ACT == "leaky_relu":
+        y = tl.where(x >= 0, x, 0.01 * x)
+        dy = tl.where(x >= 0, 1.0, 0.01)
+    elif ACT == "gelu":
+        cdf = 0.5 * (1.0 + tl.math.erf(x * _INV_SQRT_2))
+        y = x * cdf
+        dy = cdf + x * _INV_SQRT_2PI * tl.exp(-0.5 * x * x)
+    elif ACT == "gelu_tanh" or ACT == "fast_gelu":
+        x2 = x * x
+        if ACT == "fast_gelu":
+            t = _tanh(x * (_SQRT_2_OVER_PI + _GELU_C3 * x2), HW_TANH)
+        else:
+            t = _tanh_exact(x * (_SQRT_2_OVER_PI + _GELU_C3 * x2))
+        hx = 0.5 * x
+        y = hx + hx * t
+        dy = 0.5 + 0.5 * t + hx * (1.0 - t * t) * (_SQRT_2_OVER_PI + 3.0 * _GELU_C3 * x2)
+    elif ACT == "silu":
+        sg = tl.sigmoid(x)
+        y = x * sg
+        dy = sg * (1.0 + x * (1.0 - sg))
+    elif ACT == "fast_silu":
+        sg = 0.5 * _tanh(0.5 * x, HW_TANH) + 0.5
+        y = x * sg
+        dy = sg * (1.0 + x * (1.0 - sg))
+    elif ACT == "hardswish":
+        y = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) * (1.0 / 6.0)
+        dy = tl.where(x <= -3.0, 0.0, tl.where(x >= 3.0, 1.0, x * (1.0 / 3.0) + 0.5))
+    else:
+        tl.static_assert(False, "unknown activation")
+    return y, dy

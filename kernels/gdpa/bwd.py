@@ -1,0 +1,149 @@
+"""GDPA backward (DESIGN §3): dV = Pᵀ dO; dP = dO Vᵀ; dS = act'(S)·qk_scale·alpha ⊙ dP; dQ = dS K; dK = dSᵀ Q.
+
+No softmax means no LSE and no row-sum preprocessing: each score tile is recomputed from Q and K.
+Two kernels, no atomics: `dkdv` owns a BLOCK_N tile of keys of one KV head and loops over every query
+row (and, for GQA, every query head of its group) accumulating dK and dV in registers; `dq` owns a
+BLOCK_M tile of queries and loops over keys. Every output row is written, including rows of sequences
+whose partner side is empty (their gradient is zero).
+"""
+import triton
+import triton.language as tl
+
+from kernels.gdpa.activations import act_fwd_bwd
+
+
+@triton.jit
+def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, q_offsets, kv_offsets,
+                         stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
+                         stride_dom, stride_doh, stride_dkm, stride_dkh, stride_dvm, stride_dvh,
+                         alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                         HKV: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
+                         HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // HKV
+    hk = pid_bh % HKV
+    kv_start = tl.load(kv_offsets + b).to(tl.int64)
+    lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
+    n0 = pid_n * BLOCK_N
+    if n0 >= lk:
+        return
+    q_start = tl.load(q_offsets + b).to(tl.int64)
+    lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
+
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    kv_ok = offs_n < lk
+    kv_rows = (kv_start + offs_n)[:, None]
+    k = tl.load(K + kv_rows * stride_km + hk * stride_kh + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
+    v = tl.load(V + kv_rows * stride_vm + hk * stride_vh + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
+    dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    ds_scale = qk_scale * alpha
+    lo = 0
+    if CAUSAL:
+        lo = (n0 // BLOCK_M) * BLOCK_M  # query rows i < n0 see none of these keys
+    for g in range(GROUPS):
+        h = hk * GROUPS + g
+        q_ptrs = Q + (q_start + offs_m)[:, None] * stride_qm + h * stride_qh + offs_d[None, :]
+        do_ptrs = DO + (q_start + offs_m)[:, None] * stride_dom + h * stride_doh + offs_d[None, :]
+        for start_m in range(lo, lq, BLOCK_M):
+            rows = start_m + offs_m
+            q_ok = rows < lq
+            q = tl.load(q_ptrs + start_m * stride_qm, mask=q_ok[:, None], other=0.0)
+            do = tl.load(do_ptrs + start_m * stride_dom, mask=q_ok[:, None], other=0.0)
+            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * alpha  # [BLOCK_N, BLOCK_M]
+            p_t, dact_t = act_fwd_bwd(s_t, ACT, HW_TANH)
+            keep = q_ok[None, :] & kv_ok[:, None]
+            if CAUSAL:
+                keep = keep & (offs_n[:, None] <= rows[None, :])
+            p_t = tl.where(keep, p_t * qk_scale, 0.0)
+            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+            ds_t = tl.where(keep, dact_t * dp_t * ds_scale, 0.0)
+            dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
+
+    tl.store(DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :], dk.to(DK.dtype.element_ty),
+             mask=kv_ok[:, None])
+    tl.store(DV + kv_rows * stride_dvm + hk * stride_dvh + offs_d[None, :], dv.to(DV.dtype.element_ty),
+             mask=kv_ok[:, None])
+
+
+@triton.jit
+def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
+                       stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
+                       stride_dom, stride_doh, stride_dqm, stride_dqh,
+                       alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                       H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
+                       HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    q_start = tl.load(q_offsets + b).to(tl.int64)
+    lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
+    m0 = pid_m * BLOCK_M
+    if m0 >= lq:
+        return
+    kv_start = tl.load(kv_offsets + b).to(tl.int64)
+    lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
+    hk = h // GROUPS
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q_ok = offs_m < lq
+    q_rows = (q_start + offs_m)[:, None]
+    q = tl.load(Q + q_rows * stride_qm + h * stride_qh + offs_d[None, :], mask=q_ok[:, None], other=0.0)
+    do = tl.load(DO + q_rows * stride_dom + h * stride_doh + offs_d[None, :], mask=q_ok[:, None], other=0.0)
+    k_ptrs = K + (kv_start + offs_n)[:, None] * stride_km + hk * stride_kh + offs_d[None, :]
+    v_ptrs = V + (kv_start + offs_n)[:, None] * stride_vm + hk * stride_vh + offs_d[None, :]
+    dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    ds_scale = qk_scale * alpha
+    hi = lk
+    if CAUSAL:
+        hi = tl.minimum(lk, m0 + BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kv_ok = cols < lk
+        k = tl.load(k_ptrs + start_n * stride_km, mask=kv_ok[:, None], other=0.0)
+        v = tl.load(v_ptrs + start_n * stride_vm, mask=kv_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * alpha
+        _, dact = act_fwd_bwd(s, ACT, HW_TANH)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        keep = kv_ok[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None])
+        ds = tl.where(keep, dact * dp * ds_scale, 0.0)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    tl.store(DQ + q_rows * stride_dqm + h * stride_dqh + offs_d[None, :], dq.to(DQ.dtype.element_ty),
+             mask=q_ok[:, None])
+
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages)
+# Winners of the 2026-11-30 H200 sweep (docs/tuning/): dkdv 64/128/8/3 on every shape; dq 128/64/8/3,
+# except 128/64/8/2 on short KV.
+DKDV_CONFIGS = [
+    (64, 128, 8, 3),
+    (64, 64, 4, 3),
+]
+DQ_CONFIGS = [
+    (128, 64, 8, 3),
+    (128, 64, 8, 2),
+]
+INTERPRET_CONFIG = (16, 16, 4, 1)
+
+
+def _tuned(kernel, configs, heads_arg):
+    return triton.autotune(
+        configs=[triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+                 for m, n, w, s in configs],
+        key=["max_q_bucket", "max_kv_bucket", heads_arg, "GROUPS", "D", "ACT", "CAUSAL"],
+    )(kernel)
+
+
+gdpa_bwd_dkdv_kernel_tuned = _tuned(gdpa_bwd_dkdv_kernel, DKDV_CONFIGS, "HKV")
+gdpa_bwd_dq_kernel_tuned = _tuned(gdpa_bwd_dq_kernel, DQ_CONFIGS, "H")

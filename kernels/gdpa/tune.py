@@ -1,0 +1,233 @@
+"""Check and time GDPA kernel variants in one GPU call (the PERF.md loop): impl × tanh mode × tile config.
+
+    PYTHONPATH=. python -m kernels.gdpa.tune --out DIR [--quick]
+    PYTHONPATH=. python -m kernels.gdpa.tune --profile-once fwd   # one launch, for ncu
+
+Every variant is checked against the fp32 reference on a jagged bf16 batch before it is timed; a variant
+that fails the check is reported and not timed. Timing: triton.testing.do_bench (CUDA events, L2 cleared
+between calls), median. Writes tune.csv under --out and prints a short table last.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+from kernels.gdpa import bwd as _bwd
+from kernels.gdpa import fwd as _fwd
+from kernels.gdpa.interface import bwd_dkdv, bwd_dq, gdpa_forward
+from kernels.reference import reference_outputs
+from kernels.registry import CaseSpec
+from workloads.batch import make_batch
+
+PEER_B, PEER_H, PEER_D = 1152, 4, 128
+
+
+def uniform_fill(n: int, fill: float, batch: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    lo = max(1, int((2 * fill - 1) * n)) if fill >= 0.5 else 1
+    hi = n if fill >= 0.5 else max(1, int(2 * fill * n))
+    return rng.integers(lo, hi + 1, size=batch)
+
+
+def peer_shapes(quick: bool):
+    shapes = []
+    for L in (256, 512, 1024, 2048):
+        shapes.append((f"set1/L={L}/fill=1.0", L, 1.0, L))
+        shapes.append((f"set1/L={L}/fill=0.5", L, 0.5, L))
+        shapes.append((f"set2/L={L}", L, 1.0, 256))
+    if quick:
+        keep = {"set1/L=2048/fill=1.0", "set1/L=512/fill=1.0", "set1/L=2048/fill=0.5", "set2/L=2048",
+                "set1/L=256/fill=1.0"}
+        shapes = [s for s in shapes if s[0] in keep]
+    return shapes
+
+
+def build(name, L, fill, kv, seed=0, batch=PEER_B):
+    ql = uniform_fill(L, fill, batch, seed)
+    kl = np.full(batch, kv)
+    b = make_batch(ql, kl, H=PEER_H, D=PEER_D, dtype=torch.bfloat16, device="cuda", seed=seed)
+    flops = 4.0 * PEER_H * PEER_D * float((ql * kl).sum())
+    return b, flops
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
+
+
+def check(kind: str, act: str) -> float:
+    """Relative error of the current variant on a small jagged bf16 batch (fresh inputs)."""
+    ql = np.array([1, 0, 127, 128, 129, 300, 513, 64, 1000, 17])
+    kl = np.array([5, 3, 0, 128, 200, 300, 7, 1024, 999, 17])
+    b = make_batch(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, device="cuda",
+                   seed=int(time.time()) % 1000)
+    spec = CaseSpec(activation=act)
+    ref, grads = reference_outputs(b, spec, grads=(kind != "fwd"))
+    args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 1.0, 1.0, False)
+    if kind == "fwd":
+        out = gdpa_forward(*args)
+        return rel(out, ref)
+    poison = float("nan")
+    if kind == "dkdv":
+        dk = torch.full_like(b.k, poison)
+        dv = torch.full_like(b.v, poison)
+        bwd_dkdv(b.dout, *args, dk=dk, dv=dv)
+        return max(rel(dk, grads[1]), rel(dv, grads[2]))
+    dq = torch.full_like(b.q, poison)
+    bwd_dq(b.dout, *args, dq=dq)
+    return rel(dq, grads[0])
+
+
+def bench(fn) -> float:
+    import triton.testing
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def run(out_dir: str, quick: bool, act: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    rows = []
+    path = os.path.join(out_dir, "tune.csv")
+    f = open(path, "w", newline="")
+    w = csv.DictWriter(f, fieldnames=["kind", "impl", "tanh", "config", "shape", "rel_err", "ms", "tflops",
+                                      "error"])
+    w.writeheader()
+
+    def emit(row):
+        rows.append(row)
+        w.writerow(row)
+        f.flush()
+
+    shapes = peer_shapes(quick)
+    batches = {s[0]: build(*s) for s in shapes}
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    bm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = bench(lambda: a @ bm)
+    emit(dict(kind="gemm", impl="cublas", tanh="", config="8192^3", shape="", rel_err="", ms=ms,
+              tflops=2 * 8192**3 / ms / 1e9, error=""))
+    del a, bm
+
+    kinds = [("fwd", _fwd.FWD_CONFIGS, "GDPA_FWD_CONFIG", ("ptr", "tma")),
+             ("dkdv", _bwd.DKDV_CONFIGS, "GDPA_DKDV_CONFIG", ("ptr",)),
+             ("dq", _bwd.DQ_CONFIGS, "GDPA_DQ_CONFIG", ("ptr",))]
+    for kind, configs, env, impls in kinds:
+        for impl, tanh, cfg in itertools.product(impls, ("f32", "f16x2"), configs):
+            os.environ["GDPA_FWD_IMPL"] = impl
+            os.environ["GDPA_TANH"] = tanh
+            os.environ[env] = ",".join(map(str, cfg))
+            base = dict(kind=kind, impl=impl, tanh=tanh, config="/".join(map(str, cfg)))
+            try:
+                err = check(kind, act)
+            except Exception as exc:  # a variant that does not compile is a result, not a crash
+                emit(dict(base, shape="check", rel_err="", ms="", tflops="", error=str(exc).splitlines()[0][:200]))
+                print(f"{kind} {impl} {tanh} {cfg}: FAILED {str(exc).splitlines()[0][:200]}", flush=True)
+                continue
+            emit(dict(base, shape="check", rel_err=err, ms="", tflops="", error=""))
+            if not err < 2e-2:
+                print(f"{kind} {impl} {tanh} {cfg}: INCORRECT rel_err={err:.3g}", flush=True)
+                continue
+            for name, (b, flops) in batches.items():
+                args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 1.0, 1.0, False)
+                if kind == "fwd":
+                    fn = lambda: gdpa_forward(*args)
+                    fl = flops
+                elif kind == "dkdv":
+                    fn = lambda: bwd_dkdv(b.dout, *args)
+                    fl = flops * 2.5
+                else:
+                    fn = lambda: bwd_dq(b.dout, *args)
+                    fl = flops * 2.5
+                t = bench(fn)
+                emit(dict(base, shape=name, rel_err=err, ms=t, tflops=fl / t / 1e9, error=""))
+            print(f"{kind} {impl} {tanh} {cfg}: err {err:.2e} " + " ".join(
+                f"{r['shape']}={r['tflops']:.0f}" for r in rows[-len(batches):]), flush=True)
+            del os.environ[env]
+    f.close()
+    summarize(rows)
+
+
+def summarize(rows):
+    print("\n== best variant per kind and shape (TFLOP/s; bwd kinds use the 2.5x convention) ==")
+    timed = [r for r in rows if r["tflops"] != "" and r["shape"] not in ("check", "")]
+    for kind in ("fwd", "dkdv", "dq"):
+        for shape in sorted({r["shape"] for r in timed}):
+            cand = [r for r in timed if r["kind"] == kind and r["shape"] == shape]
+            if cand:
+                best = max(cand, key=lambda r: r["tflops"])
+                print(f"{kind:5s} {shape:22s} {best['tflops']:7.1f} {best['ms']:.3f} ms  "
+                      f"{best['impl']}/{best['tanh']}/{best['config']}")
+    gemm = [r for r in rows if r["kind"] == "gemm"]
+    if gemm:
+        print(f"gemm 8192^3 bf16: {gemm[0]['tflops']:.0f} TFLOP/s")
+
+
+def check_all() -> int:
+    """Every activation × causal × dtype × tanh mode, fwd and grads, vs the fp32 reference."""
+    from kernels.activations import ACTIVATION_NAMES
+    from kernels.gdpa.interface import gdpa
+    bad = 0
+    for env in ("GDPA_FWD_CONFIG", "GDPA_DKDV_CONFIG", "GDPA_DQ_CONFIG"):
+        os.environ[env] = "64,64,4,2"  # one compile per combination: this checks math, not tuning
+    combos = [(act, False, torch.bfloat16, "f32") for act in ACTIVATION_NAMES]
+    combos += [("fast_gelu", True, torch.bfloat16, "f32"), ("silu", True, torch.bfloat16, "f32"),
+               ("fast_gelu", False, torch.float16, "f32"), ("fast_gelu", True, torch.bfloat16, "f16x2"),
+               ("fast_silu", False, torch.bfloat16, "f16x2")]
+    for act, causal, dtype, tanh in combos:
+        os.environ["GDPA_TANH"] = tanh
+        ql = np.array([1, 0, 127, 130, 257, 64, 300])
+        kl = ql if causal else np.array([5, 3, 0, 128, 200, 1, 299])
+        b = make_batch(ql, kl, H=4, Hkv=2, D=64, dtype=dtype, device="cuda", seed=int(time.time() * 1e3) % 9973)
+        spec = CaseSpec(activation=act, alpha=0.8, qk_scale=1.25, causal=causal)
+        bg = b.with_grad()
+        out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, activation=act,
+                   alpha=0.8, qk_scale=1.25, causal=causal)
+        grads = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
+        ref, rgrads = reference_outputs(b, spec, grads=True)
+        errs = [rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads)]
+        ok = all(e < 2e-2 for e in errs)
+        bad += not ok
+        print(f"check {act:12s} causal={causal!s:5s} {str(dtype)[6:]:8s} {tanh:5s} "
+              + " ".join(f"{e:.1e}" for e in errs) + ("" if ok else "  FAIL"), flush=True)
+    os.environ.pop("GDPA_TANH", None)
+    return bad
+
+
+def profile_once(kind: str, act: str) -> None:
+    b, _ = build("set1/L=2048/fill=1.0", 2048, 1.0, 2048)
+    args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 1.0, 1.0, False)
+    if kind == "fwd":
+        gdpa_forward(*args)
+    elif kind == "dkdv":
+        bwd_dkdv(b.dout, *args)
+    else:
+        bwd_dq(b.dout, *args)
+    torch.cuda.synchronize()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "runs/tune"))
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--activation", default="fast_gelu")
+    p.add_argument("--profile-once", choices=("fwd", "dkdv", "dq"))
+    p.add_argument("--check-all", action="store_true", help="correctness of every activation, then exit")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tune needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if a.check_all:
+        return 1 if check_all() else 0
+    if a.profile_once:
+        profile_once(a.profile_once, a.activation)
+    else:
+        run(a.out, a.quick, a.activation)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

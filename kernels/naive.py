@@ -1,0 +1,80 @@
+"""What a user would write in PyTorch: pad to max length → matmul → activation → mask → matmul → unpad.
+
+`naive_eager` runs it eagerly; `naive_compiled` is `torch.compile` of the same function (dynamic
+shapes, so one compilation serves every max length). Padding and unpadding happen inside the timed
+call, as a user pays them. The padded score tensor is B·H·maxLq·maxLk elements: at the peer's largest
+shapes it does not fit, and those cases are recorded as out of memory.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from kernels.activations import get_activation
+from kernels.registry import CaseSpec, Provider, register
+from workloads.batch import JaggedBatch
+
+
+def _pad(x: torch.Tensor, offsets: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[ΣL, H, D] -> [B, max_len, H, D] (zeros), plus the (batch, position) index of every row."""
+    B = offsets.numel() - 1
+    lengths = (offsets[1:] - offsets[:-1]).long()
+    b_idx = torch.repeat_interleave(torch.arange(B, device=x.device), lengths, output_size=x.shape[0])
+    pos = torch.arange(x.shape[0], device=x.device) - offsets[:-1].long()[b_idx]
+    padded = x.new_zeros((B, max_len) + tuple(x.shape[1:]))
+    padded = padded.index_put((b_idx, pos), x)
+    return padded, b_idx, pos
+
+
+def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activation: str, alpha: float,
+               qk_scale: float, causal: bool) -> torch.Tensor:
+    qp, qb, qpos = _pad(q, q_offsets, max_q)
+    kp, _, _ = _pad(k, kv_offsets, max_kv)
+    vp, _, _ = _pad(v, kv_offsets, max_kv)
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        kp = kp.repeat_interleave(groups, dim=2)
+        vp = vp.repeat_interleave(groups, dim=2)
+    qh, kh, vh = (t.transpose(1, 2) for t in (qp, kp, vp))  # [B, H, L, D]
+    s = torch.matmul(qh, kh.transpose(-1, -2)) * alpha
+    p = get_activation(activation)(s) * qk_scale
+    kv_len = (kv_offsets[1:] - kv_offsets[:-1]).long()
+    keep = torch.arange(max_kv, device=q.device)[None, :] < kv_len[:, None]  # [B, Lk]
+    keep = keep[:, None, None, :]
+    if causal:
+        keep = keep & torch.ones(max_q, max_kv, dtype=torch.bool, device=q.device).tril()
+    p = p.masked_fill(~keep, 0.0)
+    o = torch.matmul(p.to(vh.dtype), vh).transpose(1, 2)  # [B, Lq, H, D]
+    return o[qb, qpos]
+
+
+class _NaiveBase(Provider):
+    semantics = "gdpa"
+
+    def _fn(self):
+        return naive_gdpa
+
+    def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
+        return self._fn()(batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, batch.max_q,
+                          batch.max_kv, spec.activation, spec.alpha, spec.qk_scale, spec.causal)
+
+
+@register
+class NaiveEager(_NaiveBase):
+    name = "naive_eager"
+    description = "eager PyTorch: pad, matmul, activation, mask, matmul, unpad"
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled():
+    return torch.compile(naive_gdpa, dynamic=True)
+
+
+@register
+class NaiveCompiled(_NaiveBase):
+    name = "naive_compiled"
+    description = "torch.compile (dynamic shapes) of the naive PyTorch GDPA"
+
+    def _fn(self):
+        return _compiled()

@@ -1,0 +1,126 @@
+"""Provider registry: every kernel the harness can time, registered by name (tritonbench-style).
+
+A provider is one class in one module. It says its name and semantics (`gdpa` or `softmax`), whether it
+can run here (and why not), whether it supports a given case (and why not), and builds zero-argument
+callables for `fwd`, `bwd` and `fwd_bwd` so that every piece of setup happens outside the timed region.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from workloads.batch import JaggedBatch
+
+MODES = ("fwd", "bwd", "fwd_bwd")
+SEMANTICS = ("gdpa", "softmax")
+
+# Modules that hold providers; each registers itself on import. A module whose optional dependency is
+# missing still imports: the provider then reports itself unavailable with the reason.
+PROVIDER_MODULES = (
+    "kernels.reference",
+    "kernels.naive",
+    "kernels.gdpa.provider",
+    "kernels.fa4",
+    "kernels.sdpa",
+    "kernels.torch_varlen",
+)
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """What to compute, independent of the data: the math of one case."""
+
+    mode: str = "fwd"
+    activation: str = "fast_gelu"
+    alpha: float = 1.0
+    qk_scale: float = 1.0
+    causal: bool = False
+    softmax_scale: float | None = None  # softmax providers; None means 1/sqrt(D)
+
+    def resolved_softmax_scale(self, head_dim: int) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+
+
+class Provider:
+    name: ClassVar[str] = ""
+    semantics: ClassVar[str] = "gdpa"
+    description: ClassVar[str] = ""
+
+    def availability(self, device: torch.device) -> str | None:
+        """None when this provider can run on `device`; otherwise the reason it cannot."""
+        return None
+
+    def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
+        """None when this case is supported; otherwise the reason it is not (the case is `skipped`)."""
+        return None
+
+    def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
+        """Output `[ΣLq, H, D]`, differentiable with respect to batch.q, batch.k, batch.v."""
+        raise NotImplementedError
+
+    def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str) -> Callable[[], Any]:
+        """A zero-argument callable that does exactly the work timed for `mode`.
+
+        The default goes through `forward` and autograd. `bwd` keeps one forward graph alive and times
+        `torch.autograd.grad` only (no accumulation into .grad, so no extra add kernels are timed).
+        """
+        if mode == "fwd":
+            b = batch
+            def run_fwd():
+                with torch.no_grad():
+                    return self.forward(b, spec)
+            return run_fwd
+        b = batch.with_grad()
+        inputs = (b.q, b.k, b.v)
+        dout = batch.dout
+        if mode == "bwd":
+            out = self.forward(b, spec)
+            return lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)
+        if mode == "fwd_bwd":
+            def run_fwd_bwd():
+                out = self.forward(b, spec)
+                return torch.autograd.grad(out, inputs, dout)
+            return run_fwd_bwd
+        raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+
+
+_REGISTRY: dict[str, type[Provider]] = {}
+_loaded = False
+
+
+def register(cls: type[Provider]) -> type[Provider]:
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.semantics not in SEMANTICS:
+        raise ValueError(f"{cls.__name__}.semantics must be one of {SEMANTICS}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load_all() -> None:
+    """Import every provider module: the built-in ones, then those named in GDPA_BENCH_PROVIDERS
+    (comma-separated module paths) — how a user adds a kernel without touching this package."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    extra = [m.strip() for m in os.environ.get("GDPA_BENCH_PROVIDERS", "").split(",") if m.strip()]
+    for module in (*PROVIDER_MODULES, *extra):
+        importlib.import_module(module)
+
+
+def provider_names() -> list[str]:
+    _load_all()
+    return list(_REGISTRY)
+
+
+def get_provider(name: str) -> Provider:
+    _load_all()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown provider {name!r}; known: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]()

@@ -1,0 +1,432 @@
+"""Metrics over one run: load `results.json` (schema `gdpa-bench/1`, DESIGN §6), flatten the cases into a
+table and derive the numbers the report shows.
+
+Conventions (all documented here once, used by plots, report and tests):
+
+- TFLOP/s = flops / (median_ms · 1e-3) / 1e12 = flops / (median_ms · 1e9). FLOPs are the peers'
+  convention recorded by the runner (DESIGN §3), never recounted here.
+- Utilization is a fraction (0..1): achieved TFLOP/s over the datasheet dense peak of the case's dtype
+  (`meta.peak_tflops[dtype]`) and over the GEMM ceiling measured in the same run
+  (`meta.measured_gemm_tflops`, a number, or a {dtype: number} mapping).
+- Speedup of a provider on a shape = median_ms(baseline) / median_ms(provider), both on the same shape
+  (the case id without its last `/provider` segment, so the mode is part of the shape). Same FLOPs on
+  both sides, so this is also the TFLOP/s ratio. NaN when the baseline or the provider is not `ok`.
+- Energy per call: the runner's `power.energy_j_per_call` (NVML energy counter); when absent but an
+  average power is known, estimated as avg_w · median_ms / 1000. TFLOP/s per W likewise falls back to
+  tflops / avg_w.
+- `min_bytes`: the compulsory HBM traffic of a case (each input read once, each output written once).
+  With Q = total_q·H·D and K = total_kv·Hkv·D elements, elem = 2 bytes (bf16/fp16) or 4 (fp32):
+    fwd:      read q, k, v; write o                           -> elem · (2Q + 2K)
+    bwd:      read q, k, v, dout; write dq, dk, dv            -> elem · (3Q + 4K)
+    fwd_bwd:  the sum of both                                 -> elem · (5Q + 6K)
+  The backward count leaves out o (and the softmax LSE): GDPA's backward does not need o (there is no
+  rowsum(dO∘O) term without a softmax), and one convention for every provider keeps the roofline
+  comparable. The softmax backward reads o and a [ΣLq, H] fp32 LSE on top, a few % more bytes.
+  Arithmetic intensity = flops / min_bytes (FLOP per byte); the bandwidth roof is then
+  TB/s · intensity = TFLOP/s.
+
+Every reader here tolerates missing or null fields (older or partial runs, CPU runs without power or
+peaks): a missing number becomes NaN and is shown as "—" by the report.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+SCHEMA = "gdpa-bench/1"
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4}
+MODES = ("fwd", "bwd", "fwd_bwd")
+#: Columns kept as Python objects (lists) rather than flattened.
+LIST_FIELDS = ("times_ms", "power.reasons")
+
+
+class ResultsError(Exception):
+    """A results file that cannot be used: missing, not JSON, or not schema `gdpa-bench/1`."""
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def results_path(path: str | Path) -> Path:
+    """The results.json for `path` (a run folder or the file itself)."""
+    p = Path(path)
+    return p / "results.json" if p.is_dir() else p
+
+
+def read_results(path: str | Path) -> dict:
+    """Read and validate a results file; raise `ResultsError` with a one-line reason otherwise."""
+    p = results_path(path)
+    if not p.exists():
+        where = f"{path}: no results.json in this folder" if Path(path).is_dir() else f"{p}: no such file"
+        raise ResultsError(where)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{p}: expected a JSON object with \"schema\": \"{SCHEMA}\", got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        raise ResultsError(f"{p}: schema is {schema!r}, expected {SCHEMA!r}")
+    cases = data.get("cases", [])
+    if cases is None:
+        cases = []
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise ResultsError(f"{p}: \"cases\" must be a list of objects")
+    for i, c in enumerate(cases):
+        if not isinstance(c.get("id"), str) or not c.get("id"):
+            raise ResultsError(f"{p}: cases[{i}] has no string \"id\"")
+    data["cases"] = cases
+    if not isinstance(data.get("meta"), dict):
+        data["meta"] = {}
+    if not isinstance(data.get("workloads"), dict):
+        data["workloads"] = {}
+    return data
+
+
+def load_run(path: str | Path, baseline: str | None = None) -> tuple[dict, pd.DataFrame, dict]:
+    """(meta, cases, workloads) of a run. `path`: the run folder or its results.json.
+
+    `cases` has one row per case: the scalar fields, nested dicts flattened with dotted names
+    (`power.avg_w`, `workload.total_q`, `sweep.fill`, `correctness.rel_err`), plus derived columns (see
+    `add_metrics`). `baseline` overrides `meta.baseline_provider` for the speedup column.
+    """
+    data = read_results(path)
+    meta = data["meta"]
+    workloads = data["workloads"]
+    cases = cases_frame(data["cases"], meta, baseline=baseline)
+    return meta, cases, workloads
+
+
+# ------------------------------------------------------------------------------------------ arithmetic
+
+
+def _num(x: Any) -> float:
+    """A float, or NaN for None / non-numbers / bools."""
+    if x is None or isinstance(x, bool):
+        return math.nan
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def tflops(flops: Any, ms: Any) -> Any:
+    """Achieved TFLOP/s of `flops` done in `ms` milliseconds (NaN when unknown or ms ≤ 0).
+
+    Scalars give a float; arrays/Series give a 1-D float array.
+    """
+    f, m = _float_array(flops), _float_array(ms)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(m > 0, f / (m * 1e9), np.nan)
+    if np.ndim(flops) == 0 and np.ndim(ms) == 0:
+        return float(out[0])
+    return out
+
+
+def _float_array(x: Any) -> np.ndarray:
+    """1-D float array; None and non-numbers become NaN."""
+    arr = np.atleast_1d(np.asarray(x, dtype=object)).ravel()
+    return pd.to_numeric(pd.Series(arr), errors="coerce").to_numpy(dtype=float)
+
+
+def utilization(achieved_tflops: Any, peak_tflops: Any) -> float:
+    """achieved / peak as a fraction; NaN when either is unknown or the peak is not positive."""
+    a, p = _num(achieved_tflops), _num(peak_tflops)
+    if math.isnan(a) or math.isnan(p) or p <= 0:
+        return math.nan
+    return a / p
+
+
+def energy_per_call(avg_w: Any, ms: Any) -> float:
+    """Joules per call from average power (W) and time per call (ms)."""
+    w, m = _num(avg_w), _num(ms)
+    if math.isnan(w) or math.isnan(m):
+        return math.nan
+    return w * m / 1000.0
+
+
+def tflops_per_watt(achieved_tflops: Any, avg_w: Any) -> float:
+    a, w = _num(achieved_tflops), _num(avg_w)
+    if math.isnan(a) or math.isnan(w) or w <= 0:
+        return math.nan
+    return a / w
+
+
+def peak_for(value: Any, dtype: str | None) -> float:
+    """A ceiling for `dtype` from a number or a {dtype: number} mapping (NaN when unknown)."""
+    if isinstance(value, dict):
+        return _num(value.get(dtype)) if dtype is not None else math.nan
+    return _num(value)
+
+
+def _get(case: Any, dotted: str) -> Any:
+    """A field from a nested case dict or a flattened row (Series / dict with dotted keys)."""
+    if isinstance(case, pd.Series):
+        case = case.to_dict()
+    if not isinstance(case, dict):
+        return None
+    if dotted in case:
+        return case[dotted]
+    cur: Any = case
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def min_bytes(case: Any) -> float:
+    """The fewest HBM bytes `case` must move (see the module docstring); NaN when sizes are unknown.
+
+    `case` is a case dict as in results.json or a flattened row from `load_run`.
+    """
+    dtype = _get(case, "dtype")
+    elem = ELEM_BYTES.get(str(dtype)) if dtype is not None else None
+    H, Hkv, D = (_num(_get(case, f"workload.{k}")) for k in ("H", "Hkv", "D"))
+    tq, tkv = _num(_get(case, "workload.total_q")), _num(_get(case, "workload.total_kv"))
+    if math.isnan(Hkv):
+        Hkv = H
+    mode = _get(case, "mode")
+    if elem is None or any(math.isnan(v) for v in (H, Hkv, D, tq, tkv)) or mode not in MODES:
+        return math.nan
+    q = tq * H * D
+    kv = tkv * Hkv * D
+    fwd = 2 * q + 2 * kv
+    bwd = 3 * q + 4 * kv
+    total = {"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[mode]
+    return float(elem * total)
+
+
+def intensity(flops: Any, nbytes: Any) -> float:
+    """Arithmetic intensity in FLOP/byte."""
+    f, b = _num(flops), _num(nbytes)
+    if math.isnan(f) or math.isnan(b) or b <= 0:
+        return math.nan
+    return f / b
+
+
+# ------------------------------------------------------------------------------------------- flattening
+
+
+def shape_key(case_id: str) -> str:
+    """The shape of a case: its id without the last `/provider` segment (mode included)."""
+    return case_id.rsplit("/", 1)[0] if "/" in case_id else case_id
+
+
+def panel_key(shape: str) -> str:
+    """A shape with its `L=` segment removed: set/mode/other sweep values (one plot panel)."""
+    parts = [p for p in shape.split("/") if not re.fullmatch(r"L=\d+", p)]
+    return "/".join(parts)
+
+
+def _flatten(d: dict, prefix: str, out: dict) -> None:
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            _flatten(v, key + ".", out)
+        else:
+            out[key] = v
+
+
+def _fmt_sweep_value(v: Any) -> str:
+    return str(v)
+
+
+def provider_label(provider: Any, semantics: Any) -> str:
+    """How a provider is named in every table and legend: softmax ones say so."""
+    name = str(provider) if provider not in (None, "") else "?"
+    return f"{name} (softmax)" if semantics == "softmax" else name
+
+
+def flatten_case(case: dict) -> dict:
+    """One flat row for a case dict: nested dicts → dotted keys, lists kept as lists."""
+    row: dict = {}
+    _flatten(case, "", row)
+    cid = str(case.get("id", ""))
+    parts = cid.split("/")
+    row["shape"] = shape_key(cid)
+    row["panel"] = panel_key(row["shape"])
+    if row.get("set") is None:
+        row["set"] = parts[0] if len(parts) > 1 else None
+    if row.get("provider") is None and len(parts) > 1:
+        row["provider"] = parts[-1]
+    if row.get("mode") is None:
+        row["mode"] = next((p for p in parts if p in MODES), None)
+    if row.get("max_len") is None:
+        m = re.search(r"(?:^|/)L=(\d+)(?:/|$)", cid)
+        row["max_len"] = int(m.group(1)) if m else _get(case, "workload.max_q")
+    sweep = case.get("sweep")
+    if isinstance(sweep, dict) and sweep:
+        label = ", ".join(f"{k}={_fmt_sweep_value(v)}" for k, v in sweep.items())
+    else:  # from the id: every k=v segment but L=
+        label = ", ".join(p for p in parts[:-1] if "=" in p and not p.startswith("L="))
+    row["sweep_label"] = label
+    if row.get("semantics") is None:
+        row["semantics"] = "gdpa"
+    row["label"] = provider_label(row.get("provider"), row.get("semantics"))
+    times = case.get("times_ms")
+    row["times_ms"] = [float(t) for t in times if _num(t) == _num(t)] if isinstance(times, list) else []
+    reasons = _get(case, "power.reasons")
+    row["power.reasons"] = list(reasons) if isinstance(reasons, list) else []
+    row["n_samples"] = len(row["times_ms"])
+    return row
+
+
+#: Columns every cases frame has, whatever the input held (missing → NaN/None).
+BASE_COLUMNS = (
+    "id", "shape", "panel", "set", "max_len", "sweep_label", "provider", "semantics", "label", "mode",
+    "dtype", "activation", "status", "error", "flops", "median_ms", "p20_ms", "p80_ms", "tflops",
+    "util_peak", "util_measured", "times_ms", "n_samples", "gpu_index", "tc_util_ncu", "ncu_sm_clock_mhz",
+    "correctness.rel_err", "correctness.tolerance", "correctness.passed",
+    "power.avg_w", "power.peak_w", "power.energy_j_per_call", "power.tflops_per_w", "power.frac_at_cap",
+    "power.sm_clock_mhz_median", "power.reasons", "power.calls", "power.seconds",
+    "workload.name", "workload.family", "workload.B", "workload.H", "workload.Hkv", "workload.D",
+    "workload.causal", "workload.max_q", "workload.max_kv", "workload.total_q", "workload.total_kv",
+    "workload.padding_waste", "workload.flop_waste", "workload.imbalance",
+)
+NUMERIC_COLUMNS = (
+    "max_len", "flops", "median_ms", "p20_ms", "p80_ms", "tflops", "util_peak", "util_measured",
+    "gpu_index", "tc_util_ncu", "ncu_sm_clock_mhz", "correctness.rel_err", "correctness.tolerance",
+    "power.avg_w", "power.peak_w", "power.energy_j_per_call", "power.tflops_per_w", "power.frac_at_cap",
+    "power.sm_clock_mhz_median", "power.calls", "power.seconds",
+    "workload.B", "workload.H", "workload.Hkv", "workload.D", "workload.max_q", "workload.max_kv",
+    "workload.total_q", "workload.total_kv", "workload.padding_waste", "workload.flop_waste",
+    "workload.imbalance",
+)
+
+
+def cases_frame(cases: Iterable[dict], meta: dict | None = None, baseline: str | None = None) -> pd.DataFrame:
+    """Flatten `cases` (as in results.json) into a DataFrame and add the derived metrics."""
+    rows = [flatten_case(c) for c in cases]
+    df = pd.DataFrame(rows)
+    for col in BASE_COLUMNS:
+        if col not in df.columns:
+            df[col] = pd.Series([[] for _ in range(len(df))] if col in LIST_FIELDS else [None] * len(df),
+                                dtype=object)
+    for col in NUMERIC_COLUMNS:
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    for col in ("status", "provider", "semantics", "mode", "dtype", "set", "label"):
+        df[col] = df[col].astype(object)
+    # A case without a status cannot be trusted: treat it as failed.
+    df["status"] = df["status"].where(df["status"].notna(), "failed")
+    return add_metrics(df, meta or {}, baseline=baseline)
+
+
+def baseline_provider(meta: dict, override: str | None = None) -> str | None:
+    return override or (meta.get("baseline_provider") if isinstance(meta, dict) else None) or None
+
+
+def add_metrics(df: pd.DataFrame, meta: dict, baseline: str | None = None) -> pd.DataFrame:
+    """Derived columns: tflops, util_peak, util_measured, speedup, energy_j_per_call, tflops_per_w,
+    min_bytes, intensity, ok. Runner values are recomputed from flops/median when possible (same
+    formula) and kept where the inputs are missing; non-ok cases get NaN timings."""
+    df = df.copy()
+    ok = df["status"] == "ok"
+    df["ok"] = ok
+    for col in ("median_ms", "p20_ms", "p80_ms", "tflops", "util_peak", "util_measured"):
+        df.loc[~ok, col] = np.nan
+    # A median from the samples when the runner left it out.
+    need = ok & df["median_ms"].isna()
+    for i in df.index[need]:
+        t = df.at[i, "times_ms"]
+        if isinstance(t, list) and t:
+            df.at[i, "median_ms"] = float(np.median(t))
+    calc = tflops(df["flops"].to_numpy(), df["median_ms"].to_numpy()) if len(df) else np.array([])
+    df["tflops"] = np.where(np.isfinite(calc), calc, df["tflops"].to_numpy(dtype=float)) if len(df) else df["tflops"]
+    peaks = meta.get("peak_tflops") or {}
+    gemm = meta.get("measured_gemm_tflops")
+    util_p, util_m, energy, per_w, mb, ai = [], [], [], [], [], []
+    for _, r in df.iterrows():
+        up = utilization(r["tflops"], peak_for(peaks, r["dtype"]))
+        util_p.append(up if not math.isnan(up) else r["util_peak"])
+        um = utilization(r["tflops"], peak_for(gemm, r["dtype"]))
+        util_m.append(um if not math.isnan(um) else r["util_measured"])
+        e = r["power.energy_j_per_call"]
+        energy.append(e if not math.isnan(e) else (energy_per_call(r["power.avg_w"], r["median_ms"]) if r["ok"] else math.nan))
+        tw = r["power.tflops_per_w"]
+        per_w.append(tw if not math.isnan(tw) else tflops_per_watt(r["tflops"], r["power.avg_w"]))
+        b = min_bytes(r)
+        mb.append(b)
+        ai.append(intensity(r["flops"], b))
+    df["util_peak"] = np.asarray(util_p, dtype=float)
+    df["util_measured"] = np.asarray(util_m, dtype=float)
+    df["energy_j_per_call"] = np.asarray(energy, dtype=float)
+    df["tflops_per_w"] = np.asarray(per_w, dtype=float)
+    df["min_bytes"] = np.asarray(mb, dtype=float)
+    df["intensity"] = np.asarray(ai, dtype=float)
+    base = baseline_provider(meta, baseline)
+    df["speedup"] = speedup_vs_baseline(df, base)
+    df.attrs["baseline"] = base
+    return df
+
+
+def speedup_vs_baseline(df: pd.DataFrame, baseline: str | None) -> pd.Series:
+    """median_ms(baseline on the same shape) / median_ms(case), aligned with `df`; NaN when the
+    baseline is unknown, missing for that shape, or either side is not ok. The baseline's own rows
+    get 1.0 when ok."""
+    out = pd.Series(np.nan, index=df.index, dtype=float)
+    if not baseline or df.empty:
+        return out
+    ok = (df["status"] == "ok") & (df["median_ms"] > 0)
+    base = df[ok & (df["provider"] == baseline)].groupby("shape")["median_ms"].min()
+    for i, r in df[ok].iterrows():
+        b = base.get(r["shape"])
+        if b is not None and b == b:
+            out.at[i] = float(b) / float(r["median_ms"])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- power
+
+
+POWER_COLUMNS = ("time_s", "gpu_index", "power_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
+                 "reasons", "case_id")
+
+
+def load_power(run_dir: str | Path) -> pd.DataFrame | None:
+    """power.csv of a run as a DataFrame (columns `POWER_COLUMNS`, sorted by GPU and time).
+
+    None when the file is absent; an empty frame when it is empty or unreadable (the plot then says so).
+    """
+    p = Path(run_dir)
+    p = p / "power.csv" if p.is_dir() else p.parent / "power.csv"
+    if not p.exists():
+        return None
+    try:
+        df = pd.read_csv(p, dtype={"reasons": str, "case_id": str}, keep_default_na=False,
+                         na_values={c: [""] for c in POWER_COLUMNS if c not in ("reasons", "case_id")})
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError):
+        return pd.DataFrame(columns=list(POWER_COLUMNS))
+    for c in POWER_COLUMNS:
+        if c not in df.columns:
+            df[c] = "" if c in ("reasons", "case_id") else np.nan
+    for c in ("time_s", "gpu_index", "power_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    df["reasons"] = df["reasons"].fillna("").astype(str)
+    df["case_id"] = df["case_id"].fillna("").astype(str)
+    df["gpu_index"] = df["gpu_index"].fillna(0).astype(int)
+    return df[df["time_s"].notna()].sort_values(["gpu_index", "time_s"], kind="stable").reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------------------- summaries
+
+
+def best_by_shape(df: pd.DataFrame, semantics: str) -> pd.DataFrame:
+    """Per shape, the ok case of `semantics` with the highest TFLOP/s (lowest time) — one row each."""
+    sub = df[(df["status"] == "ok") & (df["semantics"] == semantics) & df["median_ms"].notna()]
+    if sub.empty:
+        return sub
+    idx = sub.groupby("shape")["median_ms"].idxmin()
+    return sub.loc[idx.values].set_index("shape", drop=False)

@@ -1,0 +1,224 @@
+"""`compare`: the CI perf-regression gate (exit 0 ok, 1 regression, 2 bad input)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reports.compare import compare_main, compare_runs
+
+FIX = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_synth():
+    spec = importlib.util.spec_from_file_location("gdpa_synth", FIX / "synth.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+synth = _load_synth()
+
+
+def noisy(median: float, n: int = 30, rel: float = 0.02, seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return (median * (1 + rel * rng.standard_normal(n))).tolist()
+
+
+def case(provider: str, samples=None, L: int = 1024, mode: str = "fwd", status: str = "ok", error=None, clock=1980.0):
+    return synth.make_case(provider, L=L, mode=mode, samples=samples, status=status, error=error, clock=clock)
+
+
+def write(tmp: Path, name: str, cases: list[dict], **meta) -> str:
+    p = tmp / name
+    p.write_text(json.dumps(synth.make_results(cases, synth.gpu_meta(**meta), workloads={})))
+    return str(p)
+
+
+def run(capsys, *argv):
+    rc = compare_main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, out, err
+
+
+def by_id(rows):
+    return {r["id"]: r for r in rows}
+
+
+def test_identical_runs_pass(tmp_path, capsys):
+    cases = [case("gdpa_triton", noisy(1.0, seed=1)), case("fa4", noisy(2.0, seed=2)),
+             case("gdpa_triton", noisy(3.0, seed=3), L=2048)]
+    b = write(tmp_path, "b.json", cases)
+    c = write(tmp_path, "c.json", cases)
+    rc, out, _ = run(capsys, b, c)
+    assert rc == 0
+    assert "| same | 3 |" in out and "| slower | 0 |" in out
+    assert out.strip().splitlines()[-1].startswith("OK: no case slower or failed")
+
+
+def test_ten_percent_slower_is_a_regression(tmp_path, capsys):
+    base = [case("gdpa_triton", noisy(1.0, n=25, seed=10)), case("fa4", noisy(2.0, n=25, seed=11))]
+    cur = [case("gdpa_triton", noisy(1.10, n=25, seed=12)), case("fa4", noisy(2.0, n=25, seed=13))]
+    rc, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
+    assert rc == 1
+    slow_id = "set1/fwd/L=1024/fill=1.0/gdpa_triton"
+    last = out.strip().splitlines()
+    assert last[-2].startswith("REGRESSION: 1 case(s)")
+    assert last[-1].startswith(f"- slower: {slow_id} (+")
+    rows = by_id(compare_runs(json.loads(Path(tmp_path / "b.json").read_text()),
+                              json.loads(Path(tmp_path / "c.json").read_text())))
+    r = rows[slow_id]
+    assert r["verdict"] == "slower" and r["p_value"] < 0.01 and 0.07 < r["change"] < 0.13
+    assert rows["set1/fwd/L=1024/fill=1.0/fa4"]["verdict"] in ("same", "ambiguous")
+
+
+def test_overlapping_noise_is_not_a_regression(tmp_path, capsys):
+    base = [case("gdpa_triton", noisy(1.0, n=20, rel=0.25, seed=20))]
+    cur = [case("gdpa_triton", noisy(1.04, n=20, rel=0.25, seed=21))]
+    rc, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
+    assert rc == 0
+    (r,) = compare_runs(synth.make_results(base), synth.make_results(cur))
+    assert r["verdict"] in ("same", "ambiguous") and r["p_value"] >= 0.01
+
+
+def test_failed_case_is_a_regression_with_its_error(tmp_path, capsys):
+    base = [case("gdpa_triton", noisy(1.0, seed=30)), case("fa4", noisy(2.0, seed=31))]
+    cur = [case("gdpa_triton", status="failed", error="triton.runtime.errors.OutOfResources: shared memory"),
+           case("fa4", noisy(2.0, seed=31))]
+    rc, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
+    assert rc == 1
+    assert out.strip().splitlines()[-1] == ("- failed: set1/fwd/L=1024/fill=1.0/gdpa_triton (now failed: "
+                                            "triton.runtime.errors.OutOfResources: shared memory)")
+    rows = by_id(compare_runs(synth.make_results(base), synth.make_results(cur)))
+    assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["verdict"] == "failed"
+    assert rows["set1/fwd/L=1024/fill=1.0/fa4"]["verdict"] == "same"
+
+
+def test_faster_missing_and_new(tmp_path, capsys):
+    base = [case("gdpa_triton", noisy(1.0, seed=40)), case("fa4", noisy(2.0, seed=41)),
+            case("naive", noisy(5.0, seed=42))]
+    cur = [case("gdpa_triton", noisy(0.8, seed=43)), case("fa4", noisy(2.0, seed=41)),
+           case("sdpa", noisy(1.5, seed=44))]
+    rows = by_id(compare_runs(synth.make_results(base), synth.make_results(cur), threshold=0.05, alpha=0.01))
+    assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["verdict"] == "faster"
+    assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["change"] == pytest.approx(-0.2, abs=0.03)
+    assert rows["set1/fwd/L=1024/fill=1.0/naive"]["verdict"] == "missing"
+    assert rows["set1/fwd/L=1024/fill=1.0/sdpa"]["verdict"] == "new"
+    rc, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
+    assert rc == 0
+    for line in ("| faster | 1 |", "| missing | 1 |", "| new | 1 |", "| same | 1 |"):
+        assert line in out
+
+
+def test_clock_normalised_change(tmp_path):
+    # 32% slower, but the SM clock fell from 1980 to 1500 MHz: per clock cycle nothing changed.
+    base = [case("gdpa_triton", noisy(1.0, seed=50, rel=0.01), clock=1980.0)]
+    cur = [case("gdpa_triton", [x * 1.32 for x in noisy(1.0, seed=50, rel=0.01)], clock=1500.0)]
+    (r,) = compare_runs(synth.make_results(base), synth.make_results(cur))
+    assert r["verdict"] == "slower"  # the gate stays on wall time
+    assert r["change"] == pytest.approx(0.32)
+    # (1.32 · 1500/1980 − 1) = 0 up to the 1e-6 ms rounding of the stored samples
+    assert r["clock_norm_change"] == pytest.approx(1.32 * 1500 / 1980 - 1, abs=1e-5)
+    assert "clock-normalised" in r["message"] and "1980→1500" in r["message"]
+    no_clock = [case("gdpa_triton", noisy(1.0, seed=50), clock=None)]
+    (r2,) = compare_runs(synth.make_results(no_clock), synth.make_results(cur))
+    assert r2["clock_norm_change"] is None
+
+
+def test_few_samples_and_subthreshold_drift_are_ambiguous():
+    few_b = [case("gdpa_triton", [1.0, 1.01, 0.99])]
+    few_c = [case("gdpa_triton", [1.2, 1.21, 1.19])]
+    (r,) = compare_runs(synth.make_results(few_b), synth.make_results(few_c), min_samples=5)
+    assert r["verdict"] == "ambiguous" and r["p_value"] is None and "too few samples" in r["message"]
+    (r,) = compare_runs(synth.make_results(few_b), synth.make_results(few_b), min_samples=5)
+    assert r["verdict"] == "same"
+    # 3.5% slower with 0.5% noise and 200 samples: significant, but under the 5% threshold
+    drift_b = [case("gdpa_triton", noisy(1.0, n=200, rel=0.005, seed=60))]
+    drift_c = [case("gdpa_triton", noisy(1.035, n=200, rel=0.005, seed=61))]
+    (r,) = compare_runs(synth.make_results(drift_b), synth.make_results(drift_c))
+    assert r["verdict"] == "ambiguous" and r["p_value"] < 1e-6
+    # a 1% drift is significant too but tiny: same
+    tiny_c = [case("gdpa_triton", noisy(1.01, n=200, rel=0.005, seed=62))]
+    (r,) = compare_runs(synth.make_results(drift_b), synth.make_results(tiny_c))
+    assert r["verdict"] == "same"
+
+
+def test_not_ok_in_baseline_is_not_a_regression():
+    base = [case("fa4", status="skipped", error="fa4 not installed"), case("naive", status="failed", error="x")]
+    cur = [case("fa4", noisy(1.0)), case("naive", status="failed", error="y")]
+    rows = by_id(compare_runs(synth.make_results(base), synth.make_results(cur)))
+    assert rows["set1/fwd/L=1024/fill=1.0/fa4"]["verdict"] == "new"
+    assert rows["set1/fwd/L=1024/fill=1.0/naive"]["verdict"] == "same"
+
+
+def test_json_format(tmp_path, capsys):
+    base = [case("gdpa_triton", noisy(1.0, n=25, seed=70))]
+    cur = [case("gdpa_triton", noisy(1.2, n=25, seed=71))]
+    rc, out, err = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur), "--format", "json")
+    assert rc == 1
+    doc = json.loads(out)
+    assert doc["counts"]["slower"] == 1 and doc["regressions"] == ["set1/fwd/L=1024/fill=1.0/gdpa_triton"]
+    assert doc["cases"][0]["verdict"] == "slower" and doc["threshold"] == 0.05
+    assert "REGRESSION" in err and "set1/fwd/L=1024/fill=1.0/gdpa_triton" in err
+
+
+def test_threshold_option_and_run_folder_input(tmp_path, capsys):
+    base = [case("gdpa_triton", noisy(1.0, n=25, seed=80))]
+    cur = [case("gdpa_triton", noisy(1.10, n=25, seed=81))]
+    (tmp_path / "b").mkdir()
+    write(tmp_path / "b", "results.json", base)
+    c = write(tmp_path, "c.json", cur)
+    rc, _, _ = run(capsys, tmp_path / "b", c, "--threshold", "0.2")
+    assert rc == 0  # 10% is under a 20% threshold
+    rc, _, _ = run(capsys, tmp_path / "b", c, "--threshold", "0.05")
+    assert rc == 1
+
+
+@pytest.mark.parametrize("kind", ["missing", "invalid_json", "wrong_schema", "no_common", "bad_option"])
+def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, kind):
+    good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0))])
+    bad = tmp_path / "bad.json"
+    args = [good, bad]
+    if kind == "missing":
+        expect = "bad.json: no such file"
+    elif kind == "invalid_json":
+        bad.write_text('{"schema": "gdpa-bench/1", "cases": [')
+        expect = "bad.json: not valid JSON"
+    elif kind == "wrong_schema":
+        bad.write_text(json.dumps({"schema": "other/2", "cases": []}))
+        expect = "bad.json: schema is 'other/2', expected 'gdpa-bench/1'"
+    elif kind == "no_common":
+        write(tmp_path, "bad.json", [case("fa4", noisy(1.0))])
+        expect = "no common case ids"
+    else:
+        args = [good, good, "--alpha", "2"]
+        expect = "--alpha must be in (0, 1)"
+    rc, out, err = run(capsys, *args)
+    assert rc == 2
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and expect in lines[0] and lines[0].startswith("python -m bench compare: error:")
+    assert out == ""
+
+
+def test_committed_fixture_against_itself(capsys):
+    rc, out, _ = run(capsys, FIX / "run_h200" / "results.json", FIX / "run_h200")
+    assert rc == 0 and "| failed | 0 |" in out
+
+
+def test_module_entry_point_exit_code(tmp_path):
+    base = [case("gdpa_triton", noisy(1.0, n=25, seed=90))]
+    cur = [case("gdpa_triton", noisy(1.25, n=25, seed=91))]
+    b, c = write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur)
+    p = subprocess.run([sys.executable, "-m", "reports.compare", b, c], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1 and "slower: set1/fwd/L=1024/fill=1.0/gdpa_triton" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "reports.compare", b, str(tmp_path / "nope.json")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "nope.json: no such file" in p.stderr

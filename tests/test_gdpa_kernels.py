@@ -1,0 +1,186 @@
+"""GDPA Triton kernels against the exact reference.
+
+CPU: the Triton interpreter (TRITON_INTERPRET=1, set by conftest), fp32/fp16 — the interpreter's bf16
+tl.dot is wrong in triton 3.6 — tiny jagged batches with zero-length and length-1 sequences, GQA,
+alpha/qk_scale != 1, every activation, causal and not. Outputs are poisoned with NaN before each call,
+so an element the kernel forgets to write fails the comparison. GPU (`-m gpu`): bf16 at the peer shapes.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import kernels.gdpa.interface as gi
+from kernels.activations import ACTIVATION_NAMES
+from kernels.gdpa import gdpa
+from kernels.reference import reference_outputs
+from kernels.registry import CaseSpec
+from workloads import make_batch
+
+CPU = not torch.cuda.is_available()
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    monkeypatch.setattr(gi, "_empty_like", lambda t: torch.full_like(t, float("nan")))
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def run_and_compare(q_len, kv_len, *, H=4, Hkv=2, D=16, dtype=torch.float32, act="fast_gelu", alpha=0.7,
+                    qk_scale=1.3, causal=False, seed=None, device="cpu"):
+    seed = np.random.SeedSequence().entropy % 2**31 if seed is None else seed  # fresh inputs each case
+    b = make_batch(q_len, kv_len, H=H, Hkv=Hkv, D=D, dtype=dtype, device=device, seed=seed)
+    bg = b.with_grad()
+    out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, activation=act,
+               alpha=alpha, qk_scale=qk_scale, causal=causal)
+    grads = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
+    spec = CaseSpec(activation=act, alpha=alpha, qk_scale=qk_scale, causal=causal)
+    ref, rgrads = reference_outputs(b, spec, grads=True, dtype=torch.float64)
+    return [rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads)], seed
+
+
+Q_LEN = [5, 0, 17, 33, 1, 9]
+KV_LEN = [7, 3, 0, 40, 1, 16]
+
+
+@pytest.mark.parametrize("act", ACTIVATION_NAMES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_and_grads_every_activation(poisoned, act, causal):
+    kv = Q_LEN if causal else KV_LEN  # causal is self-attention
+    errs, seed = run_and_compare(Q_LEN, kv, act=act, causal=causal)
+    assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
+
+
+def test_fp16_mha_and_nonpow2_lengths(poisoned):
+    errs, seed = run_and_compare([31, 2, 19], [23, 45, 1], H=2, Hkv=2, D=32, dtype=torch.float16,
+                                 act="silu", alpha=0.5, qk_scale=0.25)
+    assert max(errs) < 5e-3, f"seed {seed}: {errs}"
+
+
+def test_gqa_four_query_heads_per_kv_head(poisoned):
+    errs, seed = run_and_compare([12, 20], [20, 9], H=8, Hkv=2, act="gelu")
+    assert max(errs) < 1e-5, f"seed {seed}: {errs}"
+
+
+def test_all_sequences_empty_and_empty_batch():
+    b = make_batch([0, 0], [3, 0], H=2, D=16, dtype=torch.float32)
+    out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, 0, 3)
+    assert out.shape == (0, 2, 16)
+
+
+def test_keys_past_sequence_end_are_never_read(poisoned):
+    """Huge values in the *next* sequence's keys must not leak into this one (masked loads)."""
+    b = make_batch([6, 6], [5, 6], H=2, D=16, dtype=torch.float32, seed=3)
+    k, v = b.k.clone(), b.v.clone()
+    k[5:], v[5:] = 1e4, float("nan")  # sequence 1's keys: poison for sequence 0's last tile
+    out = gdpa(b.q, k, v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, activation="raw")
+    spec = CaseSpec(activation="raw")
+    b.k, b.v = k, v
+    ref, _ = reference_outputs(b, spec, seqs=[0], dtype=torch.float64)
+    assert torch.isfinite(out[:6]).all()
+    assert rel(out[:6], ref) < 1e-6
+
+
+def test_zero_length_partner_gets_zero_gradient(poisoned):
+    """dK/dV rows of a sequence with no queries (and dQ rows with no keys) are written as zeros."""
+    b = make_batch([0, 4, 3], [5, 0, 2], H=2, D=16, dtype=torch.float32, seed=5).with_grad()
+    out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv)
+    dq, dk, dv = torch.autograd.grad(out, (b.q, b.k, b.v), torch.ones_like(out))
+    assert torch.equal(dk[:5], torch.zeros_like(dk[:5])) and torch.equal(dv[:5], torch.zeros_like(dv[:5]))
+    assert torch.equal(dq[:4], torch.zeros_like(dq[:4]))
+    assert torch.equal(out[:4], torch.zeros_like(out[:4]))
+
+
+def _args(**over):
+    b = make_batch([3, 4], [2, 5], H=4, Hkv=2, D=16, dtype=torch.float32)
+    a = dict(q=b.q, k=b.k, v=b.v, q_offsets=b.q_offsets, kv_offsets=b.kv_offsets, max_seq_len_q=4,
+             max_seq_len_kv=5)
+    a.update(over)
+    return a
+
+
+@pytest.mark.parametrize("over,msg", [
+    (lambda a: dict(k=a["k"].half()), "share a dtype"),
+    (lambda a: dict(q=a["q"].to(torch.int32)), "not supported"),
+    (lambda a: dict(q_offsets=a["q_offsets"].long()), "q_offsets must be int32"),
+    (lambda a: dict(q_offsets=torch.tensor([0, 5, 3], dtype=torch.int32)), "non-decreasing"),
+    (lambda a: dict(kv_offsets=torch.tensor([0, 2, 6], dtype=torch.int32)), "kv_offsets[-1] = 6"),
+    (lambda a: dict(q_offsets=torch.tensor([1, 3, 7], dtype=torch.int32)), "q_offsets[0] must be 0"),
+    (lambda a: dict(q=torch.zeros(7, 3, 16)), "H (3) must be a multiple of Hkv (2)"),
+    (lambda a: dict(q=torch.zeros(7, 4, 24), k=torch.zeros(7, 2, 24), v=torch.zeros(7, 2, 24)),
+     "head_dim 24 not supported"),
+    (lambda a: dict(max_seq_len_q=3), "exceeds the given max length"),
+    (lambda a: dict(kv_offsets=torch.tensor([0, 2], dtype=torch.int32)), "both are [B+1]"),
+    (lambda a: dict(v=a["v"][:, :1]), "same shape"),
+])
+def test_invalid_arguments_raise_value_error(over, msg):
+    a = _args()
+    a.update(over(a))
+    with pytest.raises(ValueError) as exc:
+        gdpa(**a)
+    assert msg in str(exc.value)
+
+
+def test_unknown_activation_and_causal_cross_attention():
+    with pytest.raises(ValueError, match="unknown activation 'swish'"):
+        gdpa(**_args(), activation="swish")
+    with pytest.raises(ValueError, match="causal=True needs self-attention"):
+        gdpa(**_args(), causal=True)
+
+
+def test_device_mismatch_is_rejected():
+    a = _args()
+    a["kv_offsets"] = a["kv_offsets"].to("meta")
+    with pytest.raises(ValueError, match="kv_offsets is on meta"):
+        gdpa(**a)
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+PEER = [("set1 L=2048 fill=1.0", 2048, 1.0, None), ("set1 L=1024 fill=0.5", 1024, 0.5, None),
+        ("set2 L=2048 kv=256", 2048, 1.0, 256), ("set1 L=256 fill=0.5", 256, 0.5, None)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,L,fill,kv", PEER, ids=[p[0] for p in PEER])
+def test_gpu_bf16_peer_shapes(name, L, fill, kv):
+    from bench.runner import correctness
+    from kernels.registry import get_provider
+    from workloads import sample_lengths
+    q_len = sample_lengths("uniform_fill", 1152, L, seed=int(torch.randint(1000, ())), fill=fill)
+    kv_len = np.full_like(q_len, kv or L)
+    b = make_batch(q_len, kv_len, H=4, D=128, dtype=torch.bfloat16, device="cuda",
+                   seed=int(torch.randint(1000, ())))
+    for mode in ("fwd", "bwd"):
+        res = correctness(get_provider("gdpa_triton"), b, CaseSpec(mode=mode, activation="fast_gelu"), mode,
+                          2e-2, 16, 0)
+        assert res["passed"], (name, mode, res)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ACTIVATION_NAMES)
+def test_gpu_bf16_every_activation_causal_gqa(poisoned, act):
+    for causal in (False, True):
+        ql = [1, 0, 127, 130, 257, 64, 300]
+        kl = ql if causal else [5, 3, 0, 128, 200, 1, 299]
+        errs, seed = run_and_compare(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act=act, causal=causal,
+                                     device="cuda")
+        assert max(errs) < 2e-2 and all(math.isfinite(e) for e in errs), (act, causal, seed, errs)
+
+
+@pytest.mark.gpu
+def test_gpu_int64_addressing_beyond_2_pow_31_elements():
+    """q holds more than 2^31 elements: row offsets must not wrap in int32."""
+    H, D = 8, 128
+    rows = 2**31 // (H * D) + 4096
+    q_len = np.array([rows - 300, 300])
+    kv_len = np.array([16, 16])
+    b = make_batch(q_len, kv_len, H=H, D=D, dtype=torch.bfloat16, device="cuda", seed=1, with_dout=False)
+    assert b.q.numel() > 2**31
+    out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv)
+    ref, _ = reference_outputs(b, CaseSpec(), seqs=[1])
+    assert rel(out[rows - 300:], ref) < 2e-2

@@ -1,0 +1,213 @@
+"""The runner end to end on CPU: statuses, faults, interruption, resume, results files."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bench.cli import main
+from bench.config import load_config
+from bench.runner import case_flops, check_sequences
+from kernels.registry import Provider, register
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@register
+class _Boom(Provider):
+    name = "test_boom"
+    semantics = "gdpa"
+
+    def forward(self, batch, spec):
+        raise RuntimeError("kernel exploded\nsecond line that must not appear")
+
+
+@register
+class _OOM(Provider):
+    name = "test_oom"
+    semantics = "gdpa"
+
+    def forward(self, batch, spec):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+
+@register
+class _Wrong(Provider):
+    name = "test_wrong"
+    semantics = "gdpa"
+
+    def forward(self, batch, spec):
+        return torch.zeros_like(batch.q) + 0.0 * (batch.q.sum() + batch.k.sum() + batch.v.sum())
+
+
+@register
+class _Picky(Provider):
+    name = "test_picky"
+    semantics = "gdpa"
+
+    def unsupported(self, batch, spec):
+        return "needs head_dim 128"
+
+
+def config(tmp_path, providers, modes="[fwd, bwd]", extra=""):
+    p = tmp_path / "cfg.yaml"
+    p.write_text(textwrap.dedent(f"""
+        name: t
+        device: cpu
+        providers: {providers}
+        modes: {modes}
+        timing: {{warmup_ms: 1, rep_ms: 2, min_reps: 2, max_reps: 2}}
+        power: {{enabled: false}}
+        hardware: {{calibrate: false}}
+        {extra}
+        sets:
+          - name: s
+            B: 3
+            H: 2
+            D: 16
+            dtype: fp32
+            activation: silu
+            max_len: [6, 9]
+            lengths: {{family: uniform_fill, fill: 0.5}}
+            kv: {{rule: self}}
+        """))
+    return p
+
+
+def results(run_dir):
+    return json.loads((Path(run_dir) / "results.json").read_text())
+
+
+def test_statuses_and_sweep_goes_on(tmp_path, capsys):
+    cfg = config(tmp_path, "[test_boom, test_oom, test_wrong, test_picky, naive_eager, reference]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    data = results(out)
+    assert data["schema"] == "gdpa-bench/1"
+    by = {}
+    for c in data["cases"]:
+        by.setdefault(c["provider"], set()).add(c["status"])
+    assert by == {"test_boom": {"failed"}, "test_oom": {"failed"}, "test_wrong": {"incorrect"},
+                  "test_picky": {"skipped"}, "naive_eager": {"ok"}, "reference": {"ok"}}
+    assert len(data["cases"]) == 6 * 2 * 2  # providers x modes x max lengths: nothing lost
+    boom = next(c for c in data["cases"] if c["provider"] == "test_boom")
+    assert boom["error"] == "RuntimeError: kernel exploded" and boom["times_ms"] == []
+    oom = next(c for c in data["cases"] if c["provider"] == "test_oom")
+    assert oom["error"].startswith("out of memory")
+    wrong = next(c for c in data["cases"] if c["provider"] == "test_wrong")
+    assert wrong["correctness"]["passed"] is False and wrong["median_ms"] is None
+    picky = next(c for c in data["cases"] if c["provider"] == "test_picky")
+    assert picky["error"] == "needs head_dim 128"
+    ok = next(c for c in data["cases"] if c["provider"] == "naive_eager" and c["mode"] == "bwd")
+    assert ok["correctness"]["passed"] and set(ok["correctness"]["per_tensor"]) == {"out", "dq", "dk", "dv"}
+    assert len(ok["times_ms"]) >= 2 and ok["p20_ms"] <= ok["median_ms"] <= ok["p80_ms"]
+    assert ok["flops"] == pytest.approx(case_flops(load_config(cfg).cases[0].workload,
+                                                   np.array(data["workloads"][ok["workload"]["name"]]["q_lengths"]),
+                                                   np.array(data["workloads"][ok["workload"]["name"]]["kv_lengths"]),
+                                                   "bwd"))
+    assert ok["power"] is None and data["meta"]["monitor"]["unavailable_reason"] == "no GPU (CPU run)"
+    csv = pd.read_csv(out / "results.csv")
+    assert len(csv) == len(data["cases"]) and "correctness.rel_err" in csv.columns
+    assert (out / "report.md").exists() and (out / "report.html").exists()
+
+
+def test_unavailable_provider_is_skipped_with_reason(tmp_path):
+    cfg = config(tmp_path, "[fa4, naive_eager]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    fa4 = [c for c in results(out)["cases"] if c["provider"] == "fa4"]
+    assert fa4 and all(c["status"] == "skipped" and c["error"] for c in fa4)
+
+
+def test_resume_only_runs_missing_cases(tmp_path):
+    cfg = config(tmp_path, "[naive_eager, reference]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--only", "L=6", "--no-progress"]) == 0
+    first = results(out)["cases"]
+    assert {c["max_len"] for c in first} == {6}
+    assert main(["run", str(cfg), "--resume", str(out), "--no-progress"]) == 0
+    cases = results(out)["cases"]
+    assert len(cases) == 4 and len({c["id"] for c in cases}) == 4
+    assert [c for c in cases if c["max_len"] == 6] == first  # finished cases untouched
+
+
+SLOW = """
+import time
+from kernels.registry import Provider, register
+from kernels.naive import naive_gdpa
+
+@register
+class Slow(Provider):
+    name = "test_slow"
+    semantics = "gdpa"
+
+    def forward(self, batch, spec):
+        time.sleep(0.3)
+        return naive_gdpa(batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, batch.max_q,
+                          batch.max_kv, spec.activation, spec.alpha, spec.qk_scale, spec.causal)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_interrupted_run_keeps_finished_cases(tmp_path, sig):
+    (tmp_path / "slowprov.py").write_text(SLOW)
+    cfg = config(tmp_path, "[test_slow]", modes="[fwd, bwd, fwd_bwd]")
+    out = tmp_path / "run"
+    env = dict(os.environ, GDPA_BENCH_PROVIDERS="slowprov",
+               PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out), "--no-progress"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if len(results(out)["cases"]) >= 2:
+                break
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            pass
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    data = results(out)  # valid JSON whatever the signal
+    n = len(data["cases"])
+    assert 2 <= n < 6
+    assert all(c["status"] == "ok" for c in data["cases"])
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 130
+        assert data["meta"]["interrupted"] is True and data["meta"]["finished_at"]
+        assert "Traceback" not in err
+
+
+def test_check_sequences_covers_extremes():
+    q = np.array([5, 0, 9, 3, 7, 1, 2, 8])
+    kv = np.array([5, 4, 9, 3, 7, 1, 2, 8])
+    seqs = check_sequences(q, kv, 4, seed=0)
+    assert len(seqs) == 4 and 2 in seqs and 1 in seqs  # longest and the empty one
+    assert check_sequences(q, kv, 4, seed=0) == seqs
+    assert check_sequences(q[:3], kv[:3], 16, seed=0) == [0, 1, 2]
+
+
+def test_flops_follow_the_peer_convention():
+    cfg = load_config(ROOT / "configs" / "h200.yaml")
+    w = next(c.workload for c in cfg.cases if c.workload.name == "set1/L=1024/fill=1.0")
+    q = np.full(1152, 1024)
+    fwd = case_flops(w, q, q, "fwd")
+    assert fwd == 4 * 4 * 128 * 1152 * 1024 * 1024
+    assert case_flops(w, q, q, "bwd") == 2.5 * fwd and case_flops(w, q, q, "fwd_bwd") == 3.5 * fwd
+
+
+def test_smoke_config_pipeline_subset(tmp_path):
+    """The README's main job on CPU, restricted to one workload to keep the suite fast."""
+    out = tmp_path / "smoke"
+    assert main(["run", str(ROOT / "configs" / "smoke.yaml"), "--out", str(out), "--no-progress",
+                 "--only", "tiny/.*/L=24/fill=1.0/"]) == 0
+    data = results(out)
+    assert {c["provider"] for c in data["cases"]} == {"gdpa_triton", "naive_eager", "reference"}
+    assert all(c["status"] == "ok" for c in data["cases"]), [c["error"] for c in data["cases"]]

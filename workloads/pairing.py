@@ -1,0 +1,113 @@
+"""Q/KV pairing rules, sorting by work, and `build_lengths` (family -> pairing -> optional sort).
+
+A length family gives one length L per sequence; a pairing rule turns it into (Lq, Lk) (DESIGN §4):
+- `self`:           Lq = Lk = L                      (self-attention over the user history)
+- `fixed_kv`:       Lq = L, Lk = kv_len (default N)  (the Meta peer's set 1: kv_len = N; set 2: 256)
+- `target_history`: Lk = L, Lq ~ U{1 .. max_targets} (candidate targets attending to the history)
+- `seeds`:          Lk = L, Lq = num_seeds            (PMA / learned seed queries pooling a history)
+Pairing lengths are not capped at max_len: a fixed KV or a seed count longer than the Q maximum is a
+legitimate shape, and max_len only bounds what the length family draws.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.lengths import REQUIRED, Param, _is_int, integer, optional, sample_lengths
+
+PAIRINGS = ("self", "fixed_kv", "target_history", "seeds")
+
+_PAIRING_PARAMS: dict[str, dict[str, Param]] = {
+    "self": {},
+    "fixed_kv": {"kv_len": Param(None, optional(integer(1)))},
+    "target_history": {"max_targets": Param(REQUIRED, integer(1))},
+    "seeds": {"num_seeds": Param(REQUIRED, integer(1))},
+}
+
+# sub-stream id for the pairing rule's own draw; the family's streams use 0.. small ids
+_STREAM_PAIRING = 100
+
+
+def _rule(rule: str) -> dict[str, Param]:
+    if not isinstance(rule, str) or rule not in _PAIRING_PARAMS:
+        raise ValueError(f"unknown pairing rule {rule!r}; allowed: {', '.join(PAIRINGS)}")
+    return _PAIRING_PARAMS[rule]
+
+
+def pairing_params(rule: str) -> dict[str, object]:
+    """Parameter names of pairing `rule` -> default (`REQUIRED` where it has to be given)."""
+    return {k: p.default for k, p in _rule(rule).items()}
+
+
+def check_pairing_params(rule: str, params: dict) -> None:
+    """Raise ValueError naming the first unknown, missing or out-of-range parameter of `rule`."""
+    spec = _rule(rule)
+    where = f"pairing rule {rule!r}"
+    params = dict(params or {})
+    for k in params:
+        if k not in spec:
+            raise ValueError(f"{where}: unknown param {k!r}; allowed: {', '.join(spec) or '(none)'}")
+    for k, p in spec.items():
+        if k not in params:
+            if p.default is REQUIRED:
+                raise ValueError(f"{where}: missing required param {k!r}; allowed: {', '.join(spec)}")
+        elif p.check is not None:
+            p.check(where, k, params[k], None)
+
+
+def _as_lengths(x, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one length per sequence), got shape {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        if not (np.issubdtype(a.dtype, np.floating) and np.all(a == np.round(a))):
+            raise ValueError(f"{name} must hold integers, got {a.dtype}")
+    a = a.astype(np.int64)
+    if a.size and a.min() < 0:
+        raise ValueError(f"{name} must be >= 0, got {int(a.min())}")
+    return a
+
+
+def pair_lengths(rule: str, lengths, *, max_len: int, seed: int = 0, **params) -> tuple[np.ndarray, np.ndarray]:
+    """(q_lengths, kv_lengths), int64, from per-sequence family `lengths` by pairing `rule`."""
+    check_pairing_params(rule, params)
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"bad value seed={seed!r}; allowed: an integer >= 0")
+    if not _is_int(max_len) or max_len <= 0:
+        raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer > 0")
+    L = _as_lengths(lengths, "lengths")
+    B = L.shape[0]
+    if rule == "self":
+        return L.copy(), L.copy()
+    if rule == "fixed_kv":
+        kv_len = params.get("kv_len")
+        kv_len = int(max_len if kv_len is None else kv_len)
+        return L.copy(), np.full(B, kv_len, dtype=np.int64)
+    if rule == "target_history":
+        rng = np.random.default_rng([int(seed), _STREAM_PAIRING])
+        q = rng.integers(1, int(params["max_targets"]), size=B, endpoint=True, dtype=np.int64)
+        return q, L.copy()
+    if rule == "seeds":
+        return np.full(B, int(params["num_seeds"]), dtype=np.int64), L.copy()
+    raise AssertionError(rule)  # unreachable: _rule() rejected it
+
+
+def sort_by_length(q_lengths, kv_lengths) -> tuple[np.ndarray, np.ndarray]:
+    """Reorder sequences by descending work Lq*Lk; ties keep their original order (stable).
+
+    Longest-first is what schedulers of jagged kernels do to shorten the tail; sorting here lets a
+    benchmark measure that effect separately from the kernel."""
+    q = _as_lengths(q_lengths, "q_lengths")
+    k = _as_lengths(kv_lengths, "kv_lengths")
+    if q.shape != k.shape:
+        raise ValueError(f"q_lengths and kv_lengths differ in size: {q.shape[0]} vs {k.shape[0]}")
+    order = np.argsort(-(q * k), kind="stable")
+    return q[order], k[order]
+
+
+def build_lengths(family: str, family_params: dict, rule: str, rule_params: dict, *, batch_size: int,
+                  max_len: int, seed: int = 0, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths of one workload: draw from `family`, pair them by `rule`, optionally sort by work."""
+    check_pairing_params(rule, rule_params)  # fail on a bad rule before drawing anything
+    lengths = sample_lengths(family, batch_size, max_len, seed, **(family_params or {}))
+    q, k = pair_lengths(rule, lengths, max_len=max_len, seed=seed, **(rule_params or {}))
+    return sort_by_length(q, k) if sort else (q, k)
