@@ -63,10 +63,14 @@ def cmd_run(a) -> int:
             wanted = set(Path(a.case_list).read_text().split())
         except OSError as exc:
             raise UsageError(f"--case-list {a.case_list}: {exc.strerror}")
+        unknown = wanted - {c.id for c in cfg.cases}
+        if unknown:
+            raise UsageError(f"--case-list {a.case_list}: {len(unknown)} id(s) not in {cfg.path}, "
+                             f"e.g. {sorted(unknown)[0]!r}")
         cases = [c for c in cases if c.id in wanted]
     if not cases:
         raise UsageError(f"{cfg.path}: no case matches --only/--providers")
-    if a.gpus:
+    if a.gpus is not None:
         from bench.multigpu import run_sharded
         return run_sharded(cfg, cases, a)
     device = _device(cfg.model.device, a.device)

@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -359,7 +359,8 @@ def _merge(shards: list[Shard], out_dir: Path, expected_all: list[str] | None = 
         started_at=min(starts) if starts else meta.get("started_at"),
         finished_at=_now(),
         merged_at=_now(),
-        interrupted=bool(interrupted or any(e["interrupted"] for e in entries)),
+        # a shard interrupted in an earlier attempt does not make a completed (resumed) run partial
+        interrupted=bool(interrupted or (missing and any(e["interrupted"] for e in entries))),
         # the report's run-level GEMM ceiling: the median GPU (each case's util_measured used its own)
         measured_gemm_tflops=statistics.median(gemms) if gemms else meta.get("measured_gemm_tflops"),
     )
@@ -681,6 +682,39 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], a) -> int:
 # ------------------------------------------------------------------------------------ submit
 
 
+SLURM_ARGS_ENV = "GDPA_BENCH_SLURM_ARGS"
+CPUS_PER_GPU = 4
+
+
+def slurm_executor(folder: Path, name: str, gpus_per_node: int, timeout_min: int, partition: str | None = None):
+    """submitit's Slurm executor for one node-job: nodes=1, one task, `gpus_per_node` GPUs,
+    CPUS_PER_GPU cores per GPU (the worker processes), the partition and time limit. Site options the
+    CLI has no flag for (account, qos, mem, constraint, cpus_per_task ...) come from the environment:
+    GDPA_BENCH_SLURM_ARGS="account=ads,qos=high,mem=0" (each becomes `#SBATCH --key=value`)."""
+    import submitit
+    extra: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in os.environ.get(SLURM_ARGS_ENV, "").split(","))):
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise _usage(f"{SLURM_ARGS_ENV}: expected key=value items separated by commas, got {item!r}")
+        extra[key.strip().replace("-", "_")] = val.strip()
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    except RuntimeError as exc:  # submitit: 'Could not detect "srun", are you indeed on a slurm cluster?'
+        raise _usage(f"bench submit: {exc} (--local runs the nodes on this machine)")
+    cpus = extra.pop("cpus_per_task", str(CPUS_PER_GPU * gpus_per_node))
+    if not cpus.isdigit() or int(cpus) < 1:
+        raise _usage(f"{SLURM_ARGS_ENV}: cpus_per_task must be a positive integer, got {cpus!r}")
+    params = dict(name=name, nodes=1, tasks_per_node=1, gpus_per_node=gpus_per_node, timeout_min=timeout_min,
+                  cpus_per_task=int(cpus))
+    if partition:
+        params["slurm_partition"] = partition
+    if extra:
+        params["slurm_additional_parameters"] = extra
+    executor.update_parameters(**params)
+    return executor
+
+
 def _node_job(config_path: str, node_dir: str, case_ids: list[str], gpus: str, node: int) -> dict:
     """One Slurm job: shard its cases over this node's GPUs (a local sharded run in node_dir)."""
     from bench.config import load_config
@@ -731,6 +765,11 @@ def submit(cfg: LoadedConfig, a) -> int:
     run_dir = Path(a.out or default_run_dir(cfg)).resolve()
     if (run_dir / "results.json").exists() or _plan_path(run_dir).exists():
         raise _usage(f"--out {run_dir}: already holds a run; choose another folder")
+    folder = run_dir / "submitit"
+    if a.local:
+        executor = submitit.LocalExecutor(folder=folder)
+    else:
+        executor = slurm_executor(folder, f"gdpa-bench-{cfg.name}", G, a.timeout_min, a.partition)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = str(cfg.path.resolve())
     node_cases = shard_cases(cases, N, cfg.model)
@@ -744,16 +783,6 @@ def submit(cfg: LoadedConfig, a) -> int:
     pp = os.environ.get("PYTHONPATH", "")
     if str(REPO_ROOT) not in pp.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([pp] if pp else []))
-    folder = run_dir / "submitit"
-    if a.local:
-        executor = submitit.LocalExecutor(folder=folder)
-    else:
-        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        params = dict(name=f"gdpa-bench-{cfg.name}", nodes=1, tasks_per_node=1, gpus_per_node=G,
-                      timeout_min=a.timeout_min)
-        if a.partition:
-            params["slurm_partition"] = a.partition
-        executor.update_parameters(**params)
     gpus = "all" if cuda else ",".join(str(i) for i in range(G))
     jobs = {}
     for k, nc in enumerate(node_cases):
@@ -764,7 +793,16 @@ def submit(cfg: LoadedConfig, a) -> int:
             executor.update_parameters(timeout_min=a.timeout_min, nodes=1, tasks_per_node=1,
                                        gpus_per_node=G if cuda else 0,
                                        visible_gpus=tuple(range(k * G, (k + 1) * G)) if cuda else ())
-        job = executor.submit(_node_job, config_path, str(run_dir / f"nodes/node{k}"), [c.id for c in nc], gpus, k)
+        try:
+            job = executor.submit(_node_job, config_path, str(run_dir / f"nodes/node{k}"), [c.id for c in nc], gpus, k)
+        except Exception as exc:  # sbatch refused (bad partition, account, limits): nothing half-submitted
+            for j in jobs.values():
+                try:
+                    j.cancel(check=False)
+                except Exception:
+                    pass
+            raise _usage(f"bench submit: submitting node{k} failed: {one_line(exc)}"
+                         + (f" (cancelled the {len(jobs)} job(s) already submitted)" if jobs else ""))
         jobs[k] = job
         plan["sources"][k]["job_id"] = str(job.job_id)
         print(f"node{k}: job {job.job_id}, {len(nc)} cases, log {job.paths.stdout}", flush=True)

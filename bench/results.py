@@ -62,7 +62,11 @@ class ResultsWriter:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.data = existing or {"schema": SCHEMA, "meta": meta, "workloads": {}, "cases": []}
         if existing:
-            self.data["meta"].update({k: v for k, v in meta.items() if v is not None})
+            old = self.data["meta"]
+            resumed = old.get("resumed_at", []) + [meta.get("started_at")]
+            keep = {k: old[k] for k in ("started_at",) if old.get(k)}
+            old.update({k: v for k, v in meta.items() if v is not None})
+            old.update(keep, resumed_at=resumed)
         self.flush()
 
     @property

@@ -272,7 +272,8 @@ class Runner:
             rec.update(status="failed", error=f"out of memory: {one_line(exc)}", times_ms=[])
         except Exception as exc:
             rec.update(status="failed", error=one_line(exc), times_ms=[])
-            (self.run_dir / "errors.log").open("a").write(f"== {case.id}\n{traceback.format_exc()}\n")
+            with (self.run_dir / "errors.log").open("a") as log:
+                log.write(f"== {case.id}\n{traceback.format_exc()}\n")
         finally:
             del fn
             _free(self.device)

@@ -42,9 +42,23 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 ACTIVATION_NAMES = tuple(ACTIVATIONS)
 
+# What a PyTorch user would call for each activation: torch's own (single-kernel) functions where they
+# exist. The naive baselines use these; written-out formulas would launch one kernel per operation over
+# the padded B·H·L² score tensor and understate what eager PyTorch can do.
+TORCH_NATIVE: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    **ACTIVATIONS,
+    "relu_square": lambda x: torch.square(torch.relu(x)),
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "fast_gelu": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "fast_silu": F.silu,
+    "hardswish": F.hardswish,
+}
 
-def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+
+def get_activation(name: str, native: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
     try:
-        return ACTIVATIONS[name]
+        return (TORCH_NATIVE if native else ACTIVATIONS)[name]
     except KeyError:
         raise ValueError(f"unknown activation {name!r}; allowed: {', '.join(ACTIVATION_NAMES)}") from None

@@ -38,7 +38,7 @@ def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activati
         vp = vp.repeat_interleave(groups, dim=2)
     qh, kh, vh = (t.transpose(1, 2) for t in (qp, kp, vp))  # [B, H, L, D]
     s = torch.matmul(qh, kh.transpose(-1, -2)) * alpha
-    p = get_activation(activation)(s) * qk_scale
+    p = get_activation(activation, native=True)(s) * qk_scale
     kv_len = (kv_offsets[1:] - kv_offsets[:-1]).long()
     keep = torch.arange(max_kv, device=q.device)[None, :] < kv_len[:, None]  # [B, Lk]
     keep = keep[:, None, None, :]
@@ -68,6 +68,10 @@ class NaiveEager(_NaiveBase):
 
 @functools.lru_cache(maxsize=None)
 def _compiled():
+    # Inductor donates saved buffers to the backward by default, which forbids retain_graph=True: the
+    # `bwd` mode replays one backward graph many times, so donation must be off (it only saves memory).
+    import torch._functorch.config as functorch_config
+    functorch_config.donated_buffer = False
     return torch.compile(naive_gdpa, dynamic=True)
 
 
