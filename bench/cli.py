@@ -42,22 +42,30 @@ def _load(path):
     return load_config(path)
 
 
-def cmd_run(a) -> int:
-    from bench.runner import Runner, default_run_dir, select
-    cfg = _load(a.config)
-    providers = [p.strip() for p in a.providers.split(",")] if a.providers else None
-    if providers:
-        from kernels.registry import provider_names
-        unknown = [p for p in providers if p not in provider_names()]
-        if unknown:
-            raise UsageError(f"--providers: unknown provider {unknown[0]!r}; allowed: {', '.join(provider_names())}")
-    if a.only:
+def select_cases(cfg, only: str | None, providers_csv: str | None) -> list:
+    """The config's cases filtered by --only/--providers, with one-line errors for bad values."""
+    from bench.runner import select
+    from kernels.registry import provider_names
+    providers = [p.strip() for p in providers_csv.split(",")] if providers_csv else None
+    unknown = [p for p in providers or [] if p not in provider_names()]
+    if unknown:
+        raise UsageError(f"--providers: unknown provider {unknown[0]!r}; allowed: {', '.join(provider_names())}")
+    if only:
         import re
         try:
-            re.compile(a.only)
+            re.compile(only)
         except re.error as exc:
             raise UsageError(f"--only: not a valid regular expression: {exc}")
-    cases = select(cfg.cases, a.only, providers)
+    cases = select(cfg.cases, only, providers)
+    if not cases:
+        raise UsageError(f"{cfg.path}: no case matches --only/--providers")
+    return cases
+
+
+def cmd_run(a) -> int:
+    from bench.runner import Runner, default_run_dir
+    cfg = _load(a.config)
+    cases = select_cases(cfg, a.only, a.providers)
     if a.case_list:
         try:
             wanted = set(Path(a.case_list).read_text().split())
@@ -68,8 +76,8 @@ def cmd_run(a) -> int:
             raise UsageError(f"--case-list {a.case_list}: {len(unknown)} id(s) not in {cfg.path}, "
                              f"e.g. {sorted(unknown)[0]!r}")
         cases = [c for c in cases if c.id in wanted]
-    if not cases:
-        raise UsageError(f"{cfg.path}: no case matches --only/--providers")
+        if not cases:
+            raise UsageError(f"--case-list {a.case_list}: none of its cases matches --only/--providers")
     if a.gpus is not None:
         from bench.multigpu import run_sharded
         return run_sharded(cfg, cases, a)

@@ -43,13 +43,13 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.config import Case, LoadedConfig
 from bench.results import SCHEMA, ResultsWriter, _atomic_write, load_results
+from bench.runner import sigterm_as_interrupt
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PLAN_FILE = "multigpu.json"
@@ -459,21 +459,6 @@ def merge_planned(run_dir: Path, interrupted: bool = False) -> dict:
 # ------------------------------------------------------------------------------------ workers
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def _worker_env(n_workers: int, device_type: str) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -530,7 +515,7 @@ def _launch(cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_r
     workers: list[_Worker] = []
     interrupted = False
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             for label, cases in assignment:
                 sd = shard_root / f"gpu{label}"
                 cmd = [sys.executable, "-m", "bench", "run", str(cfg.path), "--out", str(sd),
@@ -734,24 +719,12 @@ def submit(cfg: LoadedConfig, a) -> int:
         import submitit
     except ImportError:
         raise _usage("bench submit needs submitit: pip install -e '.[cluster]'")
-    from bench.runner import default_run_dir, select, one_line
+    from bench.runner import default_run_dir, one_line
     for name, val in (("--nodes", a.nodes), ("--gpus-per-node", a.gpus_per_node), ("--timeout-min", a.timeout_min)):
         if val is None or val < 1:
             raise _usage(f"{name}: must be a positive integer, got {val}")
-    providers = [p.strip() for p in a.providers.split(",")] if a.providers else None
-    if providers:
-        from kernels.registry import provider_names
-        unknown = [p for p in providers if p not in provider_names()]
-        if unknown:
-            raise _usage(f"--providers: unknown provider {unknown[0]!r}; allowed: {', '.join(provider_names())}")
-    if a.only:
-        try:
-            re.compile(a.only)
-        except re.error as exc:
-            raise _usage(f"--only: not a valid regular expression: {exc}")
-    cases = select(cfg.cases, a.only, providers)
-    if not cases:
-        raise _usage(f"{cfg.path}: no case matches --only/--providers")
+    from bench.cli import select_cases
+    cases = select_cases(cfg, a.only, a.providers)
     cuda = cfg.model.device == "cuda"
     G, N = a.gpus_per_node, a.nodes
     if a.local and cuda:
@@ -812,7 +785,7 @@ def submit(cfg: LoadedConfig, a) -> int:
     rcs: dict[int, int] = {}
     interrupted = False
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             for k, job in jobs.items():
                 try:
                     res = job.result()

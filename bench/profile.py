@@ -94,15 +94,11 @@ def _child(cfg, case_id: str, device_index: int | None) -> int:
 
 
 def profile(cfg, a) -> int:
-    from bench.cli import UsageError
-    from bench.runner import select
+    from bench.cli import UsageError, select_cases
 
     if a.case:
         return _child(cfg, a.case, a.device)
-    providers = [p.strip() for p in a.providers.split(",")] if a.providers else None
-    cases = select(cfg.cases, a.only, providers)
-    if not cases:
-        raise UsageError(f"{cfg.path}: no case matches --only {a.only!r}")
+    cases = select_cases(cfg, a.only, a.providers)
     ncu = find_ncu()
     if ncu is None:
         raise UsageError("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin; "

@@ -26,7 +26,7 @@ from bench.results import ResultsWriter, load_results
 from bench.timing import Samples, sync_for, time_cpu, time_cuda
 from kernels.reference import reference_outputs
 from kernels.registry import CaseSpec, get_provider
-from workloads import build_lengths, lengths_sha256, make_batch, stats, work_pairs
+from workloads import build_lengths, make_batch, stats, work_pairs
 
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
 
@@ -318,7 +318,7 @@ class Runner:
         bar = _progress(len(todo), self.progress)
         counts: dict[str, int] = {}
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 for w, group in groupby(todo, key=lambda c: c.workload):
                     group = list(group)
                     q_len, kv_len, wstats = self.build_workload(w)
@@ -402,7 +402,7 @@ def _progress(total: int, enabled: bool):
 
 
 @contextmanager
-def _sigterm_as_interrupt():
+def sigterm_as_interrupt():
     """`kill` (SIGTERM) ends the sweep like Ctrl-C: the finished cases are already on disk."""
     def handler(signum, frame):
         raise KeyboardInterrupt
