@@ -212,7 +212,7 @@ class Runner:
                          "lengths_sha256": wstats["lengths_sha256"]},
             "status": None, "error": None, "correctness": None, "flops": flops, "times_ms": [],
             "median_ms": None, "p20_ms": None, "p80_ms": None, "tflops": None, "util_peak": None,
-            "util_measured": None, "power": None, "gpu_index": self.device.index or 0,
+            "util_measured": None, "power": None, "gpu_index": (self.device.index or 0) if self.device.type == "cuda" else None,
             "gpu_name": self.writer.data["meta"].get("gpu"), "tc_util_ncu": None, "ncu_sm_clock_mhz": None,
             "wall_s": None,
         }
