@@ -26,6 +26,9 @@ def poisoned(monkeypatch):
     monkeypatch.setattr(gi, "_empty_like", lambda t: torch.full_like(t, float("nan")))
 
 
+BWD_IMPLS = list(gi.BWD_IMPLS)  # split dQ kernel, pointer atomics, TMA reductions (pointer on CPU)
+
+
 def rel(a, b):
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
@@ -46,6 +49,22 @@ def run_and_compare(q_len, kv_len, *, H=4, Hkv=2, D=16, dtype=torch.float32, act
 
 Q_LEN = [5, 0, 17, 33, 1, 9]
 KV_LEN = [7, 3, 0, 40, 1, 16]
+
+
+@pytest.mark.parametrize("impl", ["atomic"])
+@pytest.mark.parametrize("act,causal", [("fast_gelu", False), ("fast_silu", True), ("relu", False)])
+def test_atomic_dq_backward_matches_reference(poisoned, monkeypatch, impl, act, causal):
+    """The 5-GEMM backward (dQ added into an fp32 accumulator from the dK/dV kernel), GQA, empty rows."""
+    monkeypatch.setenv("GDPA_BWD_IMPL", impl)
+    kv = Q_LEN if causal else KV_LEN
+    errs, seed = run_and_compare(Q_LEN, kv, act=act, causal=causal)
+    assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
+
+
+def test_unknown_backward_impl_is_rejected(monkeypatch):
+    monkeypatch.setenv("GDPA_BWD_IMPL", "fastest")
+    with pytest.raises(ValueError, match="GDPA_BWD_IMPL='fastest'; allowed: split, atomic, atomic_tma"):
+        run_and_compare([3], [3])
 
 
 @pytest.mark.parametrize("act", ACTIVATION_NAMES)
@@ -161,15 +180,34 @@ def test_gpu_bf16_peer_shapes(name, L, fill, kv):
         assert res["passed"], (name, mode, res)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("act", ACTIVATION_NAMES)
-def test_gpu_bf16_every_activation_causal_gqa(poisoned, act):
+@pytest.fixture
+def one_config(monkeypatch):
+    """Pin one tile config per kernel: these tests check math, and autotuning would compile every config."""
+    for env in ("GDPA_FWD_CONFIG", "GDPA_DKDV_CONFIG", "GDPA_DQ_CONFIG"):
+        monkeypatch.setenv(env, "64,64,4,2")
+
+
+def _gpu_activation_check(act):
     for causal in (False, True):
         ql = [1, 0, 127, 130, 257, 64, 300]
         kl = ql if causal else [5, 3, 0, 128, 200, 1, 299]
         errs, seed = run_and_compare(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act=act, causal=causal,
                                      device="cuda")
         assert max(errs) < 2e-2 and all(math.isfinite(e) for e in errs), (act, causal, seed, errs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ACTIVATION_NAMES)
+def test_gpu_bf16_every_activation_causal_gqa(poisoned, one_config, act):
+    _gpu_activation_check(act)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", BWD_IMPLS)
+@pytest.mark.parametrize("act", ["fast_gelu", "silu", "relu_square"])
+def test_gpu_bf16_every_backward_impl(poisoned, one_config, monkeypatch, act, impl):
+    monkeypatch.setenv("GDPA_BWD_IMPL", impl)
+    _gpu_activation_check(act)
 
 
 @pytest.mark.gpu
@@ -181,6 +219,13 @@ def test_gpu_int64_addressing_beyond_2_pow_31_elements():
     kv_len = np.array([16, 16])
     b = make_batch(q_len, kv_len, H=H, D=D, dtype=torch.bfloat16, device="cuda", seed=1, with_dout=False)
     assert b.q.numel() > 2**31
-    out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv)
-    ref, _ = reference_outputs(b, CaseSpec(), seqs=[1])
-    assert rel(out[rows - 300:], ref) < 2e-2
+    bg = b.with_grad()
+    out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv)
+    b.dout = torch.randn_like(out)
+    dq, dk, dv = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
+    ref, (rdq, rdk, rdv) = reference_outputs(b, CaseSpec(), seqs=[1], grads=True)
+    tail = slice(rows - 300, rows)
+    assert rel(out[tail], ref) < 2e-2
+    # the last sequence's rows sit past element 2^31 of q, dq, do: the backward addresses them too
+    assert rel(dq[tail], rdq) < 2e-2
+    assert rel(dk[16:], rdk) < 2e-2 and rel(dv[16:], rdv) < 2e-2

@@ -121,3 +121,42 @@ def act_fwd_bwd(x, ACT: tl.constexpr, HW_TANH: tl.constexpr):
     else:
         tl.static_assert(False, "unknown activation")
     return y, dy
+
+
+@triton.jit
+def act_fwd_scaled(s, alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr):
+    """act(alpha·s). For the fast_* variants alpha is folded into per-program scalar constants: two
+    fewer FP32 instructions per score, and the FP32 pipe is what the activation competes for."""
+    if ACT == "fast_gelu":
+        # x = alpha·s:  x·(c1 + c3·x²) = s·(alpha·c1 + alpha³·c3·s²),  0.5·x = (0.5·alpha)·s
+        a1 = alpha * _SQRT_2_OVER_PI
+        a3 = alpha * alpha * alpha * _GELU_C3
+        t = _tanh(s * (a1 + a3 * (s * s)), HW_TANH)
+        hx = (0.5 * alpha) * s
+        y = hx + hx * t
+    elif ACT == "fast_silu":
+        hx = (0.5 * alpha) * s
+        y = hx + hx * _tanh(hx, HW_TANH)
+    else:
+        y = act_fwd(s * alpha, ACT, HW_TANH)
+    return y
+
+
+@triton.jit
+def act_fwd_bwd_scaled(s, alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr):
+    """(act(alpha·s), act'(alpha·s)): act_fwd_bwd with alpha folded in as in act_fwd_scaled."""
+    if ACT == "fast_gelu":
+        s2 = s * s
+        t = _tanh(s * (alpha * _SQRT_2_OVER_PI + (alpha * alpha * alpha * _GELU_C3) * s2), HW_TANH)
+        hx = (0.5 * alpha) * s
+        y = hx + hx * t
+        # d/dx [x·(c1 + c3·x²)] = c1 + 3·c3·x² = c1 + (3·c3·alpha²)·s²
+        dy = 0.5 + 0.5 * t + hx * (1.0 - t * t) * (_SQRT_2_OVER_PI + (3.0 * _GELU_C3 * alpha * alpha) * s2)
+    elif ACT == "fast_silu":
+        sg = 0.5 * _tanh((0.5 * alpha) * s, HW_TANH) + 0.5
+        x = alpha * s
+        y = x * sg
+        dy = sg * (1.0 + x * (1.0 - sg))
+    else:
+        y, dy = act_fwd_bwd(s * alpha, ACT, HW_TANH)
+    return y, dy

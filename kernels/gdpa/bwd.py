@@ -1,25 +1,34 @@
 """GDPA backward (DESIGN §3): dV = Pᵀ dO; dP = dO Vᵀ; dS = act'(S)·qk_scale·alpha ⊙ dP; dQ = dS K; dK = dSᵀ Q.
 
 No softmax means no LSE and no row-sum preprocessing: each score tile is recomputed from Q and K.
-Two kernels, no atomics: `dkdv` owns a BLOCK_N tile of keys of one KV head and loops over every query
-row (and, for GQA, every query head of its group) accumulating dK and dV in registers; `dq` owns a
-BLOCK_M tile of queries and loops over keys. Every output row is written, including rows of sequences
-whose partner side is empty (their gradient is zero).
+`dkdv` owns a BLOCK_N tile of keys of one KV head and loops over every query row (and, for GQA, every
+query head of its group) accumulating dK and dV in registers. dQ comes one of two ways:
+- split (7 GEMM-equivalents per tile pair): a separate `dq` kernel owns a BLOCK_M tile of queries and
+  recomputes S and dP for it; no atomics, deterministic.
+- atomic (5 GEMM-equivalents): `dkdv` also forms dS·K for its key tile and adds it into an fp32 dQ
+  accumulator, either with per-element atomics (ATOMIC_DQ=1) or with TMA bulk reductions through a
+  host-built descriptor (ATOMIC_DQ=2); summation order then varies from run to run.
+The linear scales (qk_scale on P, qk_scale·alpha on dS) are applied once per output element in the
+epilogues, not per score. Every output row is written, including rows of sequences whose partner side
+is empty (their gradient is zero).
 """
+import torch
 import triton
 import triton.language as tl
 
-from kernels.gdpa.activations import act_fwd_bwd
+from kernels.gdpa.activations import act_fwd_bwd_scaled
 
 
 @triton.jit
-def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, q_offsets, kv_offsets,
+def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, q_offsets, kv_offsets,
                          stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                          stride_dom, stride_doh, stride_dkm, stride_dkh, stride_dvm, stride_dvh,
+                         stride_dqm, stride_dqh,
                          alpha, qk_scale, max_q_bucket, max_kv_bucket,
                          HKV: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                         HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+                         HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                         ATOMIC_DQ: tl.constexpr = 0):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // HKV
@@ -41,7 +50,6 @@ def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, q_offsets, kv_offsets,
     v = tl.load(V + kv_rows * stride_vm + hk * stride_vh + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
     dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
-    ds_scale = qk_scale * alpha
     lo = 0
     if CAUSAL:
         lo = (n0 // BLOCK_M) * BLOCK_M  # query rows i < n0 see none of these keys
@@ -54,21 +62,31 @@ def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, q_offsets, kv_offsets,
             q_ok = rows < lq
             q = tl.load(q_ptrs + start_m * stride_qm, mask=q_ok[:, None], other=0.0)
             do = tl.load(do_ptrs + start_m * stride_dom, mask=q_ok[:, None], other=0.0)
-            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * alpha  # [BLOCK_N, BLOCK_M]
-            p_t, dact_t = act_fwd_bwd(s_t, ACT, HW_TANH)
+            s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # [BLOCK_N, BLOCK_M]
+            p_t, dact_t = act_fwd_bwd_scaled(s_t, alpha, ACT, HW_TANH)
             keep = q_ok[None, :] & kv_ok[:, None]
             if CAUSAL:
                 keep = keep & (offs_n[:, None] <= rows[None, :])
-            p_t = tl.where(keep, p_t * qk_scale, 0.0)
+            p_t = tl.where(keep, p_t, 0.0)
             dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-            ds_t = tl.where(keep, dact_t * dp_t * ds_scale, 0.0)
-            dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
+            ds_t = tl.where(keep, dact_t * dp_t, 0.0).to(q.dtype)
+            dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+            if ATOMIC_DQ == 1:
+                dq_part = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)  # [BLOCK_M, D], unscaled
+                dq_ptrs = DQ_ACC + (q_start + rows)[:, None] * stride_dqm + h * stride_dqh + offs_d[None, :]
+                tl.atomic_add(dq_ptrs, dq_part, mask=q_ok[:, None], sem="relaxed")
+            elif ATOMIC_DQ == 2:
+                dq_part = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)
+                # DQ_ACC is a [ΣLq, H·D] descriptor: rows past this sequence's end carry zeros (masked
+                # dS), so reducing them into the next sequence's rows adds nothing
+                DQ_ACC.atomic_add([(q_start + start_m).to(tl.int32), h * D], dq_part)
 
-    tl.store(DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :], dk.to(DK.dtype.element_ty),
-             mask=kv_ok[:, None])
-    tl.store(DV + kv_rows * stride_dvm + hk * stride_dvh + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=kv_ok[:, None])
+    ds_scale = qk_scale * alpha
+    tl.store(DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :],
+             (dk * ds_scale).to(DK.dtype.element_ty), mask=kv_ok[:, None])
+    tl.store(DV + kv_rows * stride_dvm + hk * stride_dvh + offs_d[None, :],
+             (dv * qk_scale).to(DV.dtype.element_ty), mask=kv_ok[:, None])
 
 
 @triton.jit
@@ -102,7 +120,6 @@ def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
     k_ptrs = K + (kv_start + offs_n)[:, None] * stride_km + hk * stride_kh + offs_d[None, :]
     v_ptrs = V + (kv_start + offs_n)[:, None] * stride_vm + hk * stride_vh + offs_d[None, :]
     dq = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    ds_scale = qk_scale * alpha
     hi = lk
     if CAUSAL:
         hi = tl.minimum(lk, m0 + BLOCK_M)
@@ -111,16 +128,16 @@ def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
         kv_ok = cols < lk
         k = tl.load(k_ptrs + start_n * stride_km, mask=kv_ok[:, None], other=0.0)
         v = tl.load(v_ptrs + start_n * stride_vm, mask=kv_ok[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * alpha
-        _, dact = act_fwd_bwd(s, ACT, HW_TANH)
+        _, dact = act_fwd_bwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT,
+                                     HW_TANH)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         keep = kv_ok[None, :]
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
-        ds = tl.where(keep, dact * dp * ds_scale, 0.0)
+        ds = tl.where(keep, dact * dp, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
-    tl.store(DQ + q_rows * stride_dqm + h * stride_dqh + offs_d[None, :], dq.to(DQ.dtype.element_ty),
-             mask=q_ok[:, None])
+    tl.store(DQ + q_rows * stride_dqm + h * stride_dqh + offs_d[None, :],
+             (dq * (qk_scale * alpha)).to(DQ.dtype.element_ty), mask=q_ok[:, None])
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages)
@@ -134,16 +151,41 @@ DQ_CONFIGS = [
     (128, 64, 8, 3),
     (128, 64, 8, 2),
 ]
+# candidates for the atomic-dQ dK/dV kernel (one more GEMM and a [BLOCK_M, D] fp32 tile live per step)
+ATOMIC_DKDV_CONFIGS = [
+    (64, 128, 8, 3),
+    (64, 128, 8, 2),
+    (64, 64, 4, 3),
+    (128, 64, 8, 2),
+]
 INTERPRET_CONFIG = (16, 16, 4, 1)
 
 
-def _tuned(kernel, configs, heads_arg):
+def set_dq_block(nargs):
+    """A host-built dQ descriptor's block is one BLOCK_M × D tile; the config decides BLOCK_M."""
+    acc = nargs.get("DQ_ACC")
+    if hasattr(acc, "block_shape"):
+        acc.block_shape = [nargs["BLOCK_M"], nargs["D"]]
+
+
+def _zero_dq_acc(nargs, reset_only=False):
+    # autotuning launches the kernel many times: the atomic dQ accumulator must start at zero each time
+    acc = nargs.get("DQ_ACC")
+    acc = getattr(acc, "base", acc)
+    if isinstance(acc, torch.Tensor):
+        acc.zero_()
+
+
+def _tuned(kernel, configs, key, **kw):
     return triton.autotune(
-        configs=[triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+        configs=[triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s,
+                               pre_hook=kw.get("config_hook"))
                  for m, n, w, s in configs],
-        key=["max_q_bucket", "max_kv_bucket", heads_arg, "GROUPS", "D", "ACT", "CAUSAL"],
+        key=["max_q_bucket", "max_kv_bucket", "GROUPS", "D", "ACT", "CAUSAL", *key],
+        pre_hook=kw.get("pre_hook"),
     )(kernel)
 
 
-gdpa_bwd_dkdv_kernel_tuned = _tuned(gdpa_bwd_dkdv_kernel, DKDV_CONFIGS, "HKV")
-gdpa_bwd_dq_kernel_tuned = _tuned(gdpa_bwd_dq_kernel, DQ_CONFIGS, "H")
+gdpa_bwd_dkdv_kernel_tuned = _tuned(gdpa_bwd_dkdv_kernel, DKDV_CONFIGS, ["HKV", "ATOMIC_DQ"],
+                                    config_hook=set_dq_block, pre_hook=_zero_dq_acc)
+gdpa_bwd_dq_kernel_tuned = _tuned(gdpa_bwd_dq_kernel, DQ_CONFIGS, ["H"])

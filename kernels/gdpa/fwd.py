@@ -9,12 +9,12 @@ for masking. Masked loads, never act(0) = 0, keep a tile from reading the next s
 import triton
 import triton.language as tl
 
-from kernels.gdpa.activations import act_fwd
+from kernels.gdpa.activations import act_fwd_scaled
 
 
 @triton.jit
 def _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
-              alpha, qk_scale, ACT: tl.constexpr, HW_TANH: tl.constexpr, CAUSAL: tl.constexpr,
+              alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr, CAUSAL: tl.constexpr,
               MASKED: tl.constexpr, PRECISION: tl.constexpr):
     cols = start_n + offs_n
     if MASKED:
@@ -24,8 +24,7 @@ def _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, st
     else:
         k = tl.load(k_ptrs + start_n * stride_km)
         v = tl.load(v_ptrs + start_n * stride_vm)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * alpha
-    p = act_fwd(s, ACT, HW_TANH) * qk_scale
+    p = act_fwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH)
     if MASKED:
         keep = kv_ok[None, :]
         if CAUSAL:
@@ -41,7 +40,8 @@ def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
                     stride_om, stride_oh, alpha, qk_scale, max_q_bucket, max_kv_bucket,
                     H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                    HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+                    HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                    WARP_SPEC: tl.constexpr = False):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -70,15 +70,16 @@ def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
     if CAUSAL:
         hi = tl.minimum(lk, m0 + BLOCK_M)
         full_end = tl.minimum(full_end, m0)  # BLOCK_M % BLOCK_N == 0: tiles before m0 are unmasked
-    for start_n in range(0, full_end, BLOCK_N):
+    for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WARP_SPEC):
         acc = _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
-                        alpha, qk_scale, ACT, HW_TANH, CAUSAL, False, PRECISION)
+                        alpha, ACT, HW_TANH, CAUSAL, False, PRECISION)
     for start_n in range(full_end, hi, BLOCK_N):
         acc = _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
-                        alpha, qk_scale, ACT, HW_TANH, CAUSAL, True, PRECISION)
+                        alpha, ACT, HW_TANH, CAUSAL, True, PRECISION)
 
     o_ptrs = Out + (q_start + offs_m)[:, None] * stride_om + h * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=(offs_m < lq)[:, None])
+    # qk_scale is linear: applied once per output element here, not once per score in the loop
+    tl.store(o_ptrs, (acc * qk_scale).to(Out.dtype.element_ty), mask=(offs_m < lq)[:, None])
 
 
 @triton.jit
@@ -87,7 +88,8 @@ def gdpa_fwd_tma_kernel(Q, K, V, Out, q_offsets, kv_offsets,
                         stride_om, stride_oh, alpha, qk_scale, max_q_bucket, max_kv_bucket,
                         H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                        HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+                        HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                        WARP_SPEC: tl.constexpr = False):
     """Same math through per-sequence TMA descriptors: the copy engine zero-fills rows past the
     sequence end on loads and drops them on the store, so no load or store carries a mask."""
     pid_m = tl.program_id(0)
@@ -119,24 +121,22 @@ def gdpa_fwd_tma_kernel(Q, K, V, Out, q_offsets, kv_offsets,
     if CAUSAL:
         hi = tl.minimum(lk, m0 + BLOCK_M)
         full_end = tl.minimum(full_end, m0)
-    for start_n in range(0, full_end, BLOCK_N):
+    for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WARP_SPEC):
         k = k_desc.load([start_n, 0])
         v = v_desc.load([start_n, 0])
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * alpha
-        p = act_fwd(s, ACT, HW_TANH) * qk_scale
+        p = act_fwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
     for start_n in range(full_end, hi, BLOCK_N):
         k = k_desc.load([start_n, 0])
         v = v_desc.load([start_n, 0])
         cols = start_n + offs_n
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * alpha
-        p = act_fwd(s, ACT, HW_TANH) * qk_scale
+        p = act_fwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH)
         keep = (cols < lk)[None, :]
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
         p = tl.where(keep, p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
-    o_desc.store([m0, 0], acc.to(Out.dtype.element_ty))
+    o_desc.store([m0, 0], (acc * qk_scale).to(Out.dtype.element_ty))
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages). Autotuned per bucketed max length; see PERF.md.

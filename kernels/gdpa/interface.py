@@ -41,13 +41,17 @@ def _pinned(env: str):
     return m, n, w, s
 
 
-def _launch(tuned, plain, interpret_cfg, env, grid_of, args, consts):
-    """Run `plain` with a fixed config (interpreter or pinned) or `tuned` (autotuned on first use)."""
+def _launch(tuned, plain, interpret_cfg, env, grid_of, args, consts, on_config=None):
+    """Run `plain` with a fixed config (interpreter or pinned) or `tuned` (autotuned on first use).
+    `on_config(BLOCK_M)` prepares arguments that depend on the fixed config (the autotuned path does
+    that in the configs' pre-hooks)."""
     cfg = interpret_cfg if args[0].device.type == "cpu" else _pinned(env)
     if cfg is None:
         tuned[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **consts)
         return
     m, n, w, s = cfg
+    if on_config is not None:
+        on_config(m)
     plain[grid_of(m, n)](*args, **consts, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s)
 
 
@@ -57,6 +61,7 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 TANH_MODES = {"exact": 0, "f32": 1, "f16x2": 2}
+DEFAULT_BWD_IMPL = "split"
 
 
 def _tanh_mode(device: torch.device) -> int:
@@ -102,6 +107,8 @@ def gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
             v.stride(0), v.stride(1), out.stride(0), out.stride(1), float(alpha), float(qk_scale),
             _bucket(max_q), _bucket(max_kv))
     consts = dict(H=H, GROUPS=H // Hkv, **_common_consts(q, activation, causal))
+    if os.environ.get("GDPA_FWD_WS") == "1":
+        consts["WARP_SPEC"] = True  # experiment: triton's Hopper warp specialization of the key loop
     _launch(*_fwd_impl(), _fwd.INTERPRET_CONFIG, "GDPA_FWD_CONFIG",
             lambda bm, bn: (triton.cdiv(max(max_q, 1), bm), B * H), args, consts)
     return out
@@ -115,25 +122,48 @@ def _bwd_args(q, k, v, do, q_offsets, kv_offsets, max_q, max_kv, activation, cau
     return B, H, Hkv, strides_in, (_bucket(max_q), _bucket(max_kv)), consts
 
 
+BWD_IMPLS = {"split": 0, "atomic": 1, "atomic_tma": 2}
+
+
+def _bwd_impl(device: torch.device) -> int:
+    """How dQ is formed (see bwd.py): GDPA_BWD_IMPL=split|atomic|atomic_tma."""
+    name = os.environ.get("GDPA_BWD_IMPL", DEFAULT_BWD_IMPL)
+    if name not in BWD_IMPLS:
+        raise ValueError(f"GDPA_BWD_IMPL={name!r}; allowed: {', '.join(BWD_IMPLS)}")
+    if device.type != "cuda" and name == "atomic_tma":
+        return BWD_IMPLS["atomic"]  # no TMA in the interpreter; same math through pointer atomics
+    return BWD_IMPLS[name]
+
+
 def bwd_dkdv(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-             dk=None, dv=None):
-    """dK and dV (the key-side half of the backward)."""
+             dk=None, dv=None, dq_acc=None):
+    """dK and dV (the key-side half of the backward); with `dq_acc` (fp32, zeroed, like q) the same
+    launch also adds the unscaled dS·K into it (the atomic backward)."""
     dk = _empty_like(k) if dk is None else dk
     dv = _empty_like(v) if dv is None else dv
     B, H, Hkv, strides_in, buckets, consts = _bwd_args(q, k, v, do, q_offsets, kv_offsets, max_q,
                                                        max_kv, activation, causal)
     if B > 0 and k.shape[0] > 0:
-        args = (q, k, v, do, dk, dv, q_offsets, kv_offsets, *strides_in, dk.stride(0), dk.stride(1),
-                dv.stride(0), dv.stride(1), float(alpha), float(qk_scale), *buckets)
+        mode = 0 if dq_acc is None or q.shape[0] == 0 else _bwd_impl(q.device)
+        acc, acc_strides = None, (0, 0)
+        if mode == 1:
+            acc, acc_strides = dq_acc, (dq_acc.stride(0), dq_acc.stride(1))
+        elif mode == 2:
+            from triton.tools.tensor_descriptor import TensorDescriptor
+            rows = dq_acc.shape[0]
+            acc = TensorDescriptor(dq_acc, [rows, H * q.shape[2]], [dq_acc.stride(0), 1], [16, q.shape[2]])
+        args = (q, k, v, do, dk, dv, acc, q_offsets, kv_offsets, *strides_in, dk.stride(0), dk.stride(1),
+                dv.stride(0), dv.stride(1), *acc_strides, float(alpha), float(qk_scale), *buckets)
         _launch(_bwd.gdpa_bwd_dkdv_kernel_tuned, _bwd.gdpa_bwd_dkdv_kernel, _bwd.INTERPRET_CONFIG,
                 "GDPA_DKDV_CONFIG", lambda bm, bn: (triton.cdiv(max(max_kv, 1), bn), B * Hkv), args,
-                dict(HKV=Hkv, **consts))
+                dict(HKV=Hkv, ATOMIC_DQ=mode, **consts),
+                on_config=lambda m: _bwd.set_dq_block({"DQ_ACC": acc, "BLOCK_M": m, "D": q.shape[2]}))
     return dk, dv
 
 
 def bwd_dq(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
            dq=None):
-    """dQ (the query-side half of the backward)."""
+    """dQ (the query-side half of the split backward)."""
     dq = _empty_like(q) if dq is None else dq
     B, H, Hkv, strides_in, buckets, consts = _bwd_args(q, k, v, do, q_offsets, kv_offsets, max_q,
                                                        max_kv, activation, causal)
@@ -149,8 +179,12 @@ def bwd_dq(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha,
 def gdpa_backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal):
     do = do.contiguous()
     args = (do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal)
-    dk, dv = bwd_dkdv(*args)
-    return bwd_dq(*args), dk, dv
+    if _bwd_impl(q.device) == 0:
+        dk, dv = bwd_dkdv(*args)
+        return bwd_dq(*args), dk, dv
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk, dv = bwd_dkdv(*args, dq_acc=dq_acc)
+    return dq_acc.mul_(float(qk_scale) * float(alpha)).to(q.dtype), dk, dv
 
 
 class _GDPAFunction(torch.autograd.Function):

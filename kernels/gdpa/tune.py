@@ -1,4 +1,7 @@
-"""Check and time GDPA kernel variants in one GPU call (the PERF.md loop): impl × tanh mode × tile config.
+"""Check and time GDPA kernel variants in one GPU call (the PERF.md loop).
+
+Forward: loads (pointer / TMA) × triton warp specialization × tile config. Backward (whole, dQ+dK+dV):
+the split kernels as shipped against the atomic-dQ kernel (pointer atomics / TMA reductions) per tile.
 
     PYTHONPATH=. python -m kernels.gdpa.tune --out DIR [--quick]
     PYTHONPATH=. python -m kernels.gdpa.tune --profile-once fwd   # one launch, for ncu
@@ -21,7 +24,7 @@ import torch
 
 from kernels.gdpa import bwd as _bwd
 from kernels.gdpa import fwd as _fwd
-from kernels.gdpa.interface import bwd_dkdv, bwd_dq, gdpa_forward
+from kernels.gdpa.interface import bwd_dkdv, bwd_dq, gdpa_backward, gdpa_forward
 from kernels.reference import reference_outputs
 from kernels.registry import CaseSpec
 from workloads.batch import make_batch
@@ -62,26 +65,28 @@ def rel(a, b):
 
 
 def check(kind: str, act: str) -> float:
-    """Relative error of the current variant on a small jagged bf16 batch (fresh inputs)."""
+    """Relative error of the current variant on a small jagged bf16 batch (fresh inputs, NaN-poisoned
+    outputs), GQA, alpha and qk_scale != 1."""
     ql = np.array([1, 0, 127, 128, 129, 300, 513, 64, 1000, 17])
     kl = np.array([5, 3, 0, 128, 200, 300, 7, 1024, 999, 17])
     b = make_batch(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, device="cuda",
                    seed=int(time.time()) % 1000)
-    spec = CaseSpec(activation=act)
+    spec = CaseSpec(activation=act, alpha=0.8, qk_scale=1.25)
     ref, grads = reference_outputs(b, spec, grads=(kind != "fwd"))
-    args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 1.0, 1.0, False)
-    if kind == "fwd":
-        out = gdpa_forward(*args)
-        return rel(out, ref)
+    args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 0.8, 1.25, False)
     poison = float("nan")
+    if kind == "fwd":
+        return rel(gdpa_forward(*args), ref)
     if kind == "dkdv":
-        dk = torch.full_like(b.k, poison)
-        dv = torch.full_like(b.v, poison)
+        dk, dv = torch.full_like(b.k, poison), torch.full_like(b.v, poison)
         bwd_dkdv(b.dout, *args, dk=dk, dv=dv)
         return max(rel(dk, grads[1]), rel(dv, grads[2]))
-    dq = torch.full_like(b.q, poison)
-    bwd_dq(b.dout, *args, dq=dq)
-    return rel(dq, grads[0])
+    if kind == "dq":
+        dq = torch.full_like(b.q, poison)
+        bwd_dq(b.dout, *args, dq=dq)
+        return rel(dq, grads[0])
+    got = gdpa_backward(b.dout, *args)
+    return max(rel(g, r) for g, r in zip(got, grads))
 
 
 def bench(fn) -> float:
@@ -89,13 +94,32 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def run(out_dir: str, quick: bool, act: str) -> None:
+def variants():
+    """(kind, label, environment) of every variant the sweep checks and times."""
+    out = []
+    for impl, ws, cfg in itertools.product(("ptr", "tma"), ("0", "1"), _fwd.FWD_CONFIGS):
+        if impl == "tma" and ws == "0":
+            continue  # measured slower than pointer loads in v1 (PERF.md); kept only as a WS candidate
+        out.append(("fwd", f"{impl}{'+ws' if ws == '1' else ''}/{'/'.join(map(str, cfg))}",
+                    {"GDPA_FWD_IMPL": impl, "GDPA_FWD_WS": ws, "GDPA_FWD_CONFIG": ",".join(map(str, cfg))}))
+    # the split backward as shipped (both kernels autotuned), then the atomic dQ backward per tile config
+    out.append(("bwd", "split/autotuned", {"GDPA_BWD_IMPL": "split"}))
+    for impl, cfg in itertools.product(("atomic", "atomic_tma"), _bwd.ATOMIC_DKDV_CONFIGS):
+        out.append(("bwd", f"{impl}/{'/'.join(map(str, cfg))}",
+                    {"GDPA_BWD_IMPL": impl, "GDPA_DKDV_CONFIG": ",".join(map(str, cfg))}))
+    return out
+
+
+VARIANT_ENV = ("GDPA_FWD_IMPL", "GDPA_FWD_WS", "GDPA_FWD_CONFIG", "GDPA_BWD_IMPL", "GDPA_DKDV_CONFIG",
+               "GDPA_DQ_CONFIG")
+
+
+def run(out_dir: str, quick: bool, act: str, only: str | None = None) -> None:
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     path = os.path.join(out_dir, "tune.csv")
     f = open(path, "w", newline="")
-    w = csv.DictWriter(f, fieldnames=["kind", "impl", "tanh", "config", "shape", "rel_err", "ms", "tflops",
-                                      "error"])
+    w = csv.DictWriter(f, fieldnames=["kind", "variant", "shape", "rel_err", "ms", "tflops", "error"])
     w.writeheader()
 
     def emit(row):
@@ -108,45 +132,44 @@ def run(out_dir: str, quick: bool, act: str) -> None:
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     bm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     ms = bench(lambda: a @ bm)
-    emit(dict(kind="gemm", impl="cublas", tanh="", config="8192^3", shape="", rel_err="", ms=ms,
+    emit(dict(kind="gemm", variant="cublas 8192^3", shape="", rel_err="", ms=ms,
               tflops=2 * 8192**3 / ms / 1e9, error=""))
     del a, bm
 
-    kinds = [("fwd", _fwd.FWD_CONFIGS, "GDPA_FWD_CONFIG", ("ptr", "tma")),
-             ("dkdv", _bwd.DKDV_CONFIGS, "GDPA_DKDV_CONFIG", ("ptr",)),
-             ("dq", _bwd.DQ_CONFIGS, "GDPA_DQ_CONFIG", ("ptr",))]
-    for kind, configs, env, impls in kinds:
-        for impl, tanh, cfg in itertools.product(impls, ("f32", "f16x2"), configs):
-            os.environ["GDPA_FWD_IMPL"] = impl
-            os.environ["GDPA_TANH"] = tanh
-            os.environ[env] = ",".join(map(str, cfg))
-            base = dict(kind=kind, impl=impl, tanh=tanh, config="/".join(map(str, cfg)))
+    for kind, label, env in variants():
+        if only and only != kind:
+            continue
+        for name in VARIANT_ENV:
+            os.environ.pop(name, None)
+        os.environ.update(env)
+        base = dict(kind=kind, variant=label)
+        try:
+            err = check(kind, act)
+        except Exception as exc:  # a variant that does not compile is a result, not a crash
+            msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            emit(dict(base, shape="check", rel_err="", ms="", tflops="", error=msg))
+            print(f"{kind} {label}: FAILED {msg}", flush=True)
+            continue
+        emit(dict(base, shape="check", rel_err=err, ms="", tflops="", error=""))
+        if not err < 2e-2:
+            print(f"{kind} {label}: INCORRECT rel_err={err:.3g}", flush=True)
+            continue
+        for name, (b, flops) in batches.items():
+            args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 1.0, 1.0, False)
+            if kind == "fwd":
+                fn, fl = (lambda: gdpa_forward(*args)), flops
+            else:
+                fn, fl = (lambda: gdpa_backward(b.dout, *args)), flops * 2.5
             try:
-                err = check(kind, act)
-            except Exception as exc:  # a variant that does not compile is a result, not a crash
-                emit(dict(base, shape="check", rel_err="", ms="", tflops="", error=str(exc).splitlines()[0][:200]))
-                print(f"{kind} {impl} {tanh} {cfg}: FAILED {str(exc).splitlines()[0][:200]}", flush=True)
-                continue
-            emit(dict(base, shape="check", rel_err=err, ms="", tflops="", error=""))
-            if not err < 2e-2:
-                print(f"{kind} {impl} {tanh} {cfg}: INCORRECT rel_err={err:.3g}", flush=True)
-                continue
-            for name, (b, flops) in batches.items():
-                args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 1.0, 1.0, False)
-                if kind == "fwd":
-                    fn = lambda: gdpa_forward(*args)
-                    fl = flops
-                elif kind == "dkdv":
-                    fn = lambda: bwd_dkdv(b.dout, *args)
-                    fl = flops * 2.5
-                else:
-                    fn = lambda: bwd_dq(b.dout, *args)
-                    fl = flops * 2.5
                 t = bench(fn)
-                emit(dict(base, shape=name, rel_err=err, ms=t, tflops=fl / t / 1e9, error=""))
-            print(f"{kind} {impl} {tanh} {cfg}: err {err:.2e} " + " ".join(
-                f"{r['shape']}={r['tflops']:.0f}" for r in rows[-len(batches):]), flush=True)
-            del os.environ[env]
+            except Exception as exc:
+                emit(dict(base, shape=name, rel_err=err, ms="", tflops="", error=str(exc)[:200]))
+                continue
+            emit(dict(base, shape=name, rel_err=err, ms=t, tflops=fl / t / 1e9, error=""))
+        print(f"{kind} {label}: err {err:.2e} " + " ".join(
+            f"{r['shape']}={r['tflops']:.0f}" for r in rows[-len(batches):] if r["tflops"] != ""), flush=True)
+    for name in VARIANT_ENV:
+        os.environ.pop(name, None)
     f.close()
     summarize(rows)
 
@@ -154,13 +177,13 @@ def run(out_dir: str, quick: bool, act: str) -> None:
 def summarize(rows):
     print("\n== best variant per kind and shape (TFLOP/s; bwd kinds use the 2.5x convention) ==")
     timed = [r for r in rows if r["tflops"] != "" and r["shape"] not in ("check", "")]
-    for kind in ("fwd", "dkdv", "dq"):
+    for kind in ("fwd", "bwd"):
         for shape in sorted({r["shape"] for r in timed}):
             cand = [r for r in timed if r["kind"] == kind and r["shape"] == shape]
             if cand:
                 best = max(cand, key=lambda r: r["tflops"])
                 print(f"{kind:5s} {shape:22s} {best['tflops']:7.1f} {best['ms']:.3f} ms  "
-                      f"{best['impl']}/{best['tanh']}/{best['config']}")
+                      f"{best['variant']}")
     gemm = [r for r in rows if r["kind"] == "gemm"]
     if gemm:
         print(f"gemm 8192^3 bf16: {gemm[0]['tflops']:.0f} TFLOP/s")
@@ -213,6 +236,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "runs/tune"))
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", choices=("fwd", "bwd"), help="sweep one kind of variant")
     p.add_argument("--activation", default="fast_gelu")
     p.add_argument("--profile-once", choices=("fwd", "dkdv", "dq"))
     p.add_argument("--check-all", action="store_true", help="correctness of every activation, then exit")
@@ -225,7 +249,7 @@ def main(argv=None) -> int:
     if a.profile_once:
         profile_once(a.profile_once, a.activation)
     else:
-        run(a.out, a.quick, a.activation)
+        run(a.out, a.quick, a.activation, a.only)
     return 0
 
 
