@@ -37,8 +37,12 @@ def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activati
         kp = kp.repeat_interleave(groups, dim=2)
         vp = vp.repeat_interleave(groups, dim=2)
     qh, kh, vh = (t.transpose(1, 2) for t in (qp, kp, vp))  # [B, H, L, D]
-    s = torch.matmul(qh, kh.transpose(-1, -2)) * alpha
-    p = get_activation(activation, native=True)(s) * qk_scale
+    # The scales go where a user puts them: alpha on q, qk_scale on the output (O(L·D), not O(L²) work),
+    # and not at all when they are 1.
+    if alpha != 1.0:
+        qh = qh * alpha
+    s = torch.matmul(qh, kh.transpose(-1, -2))
+    p = get_activation(activation, native=True)(s)
     kv_len = (kv_offsets[1:] - kv_offsets[:-1]).long()
     keep = torch.arange(max_kv, device=q.device)[None, :] < kv_len[:, None]  # [B, Lk]
     keep = keep[:, None, None, :]
@@ -46,7 +50,8 @@ def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activati
         keep = keep & torch.ones(max_q, max_kv, dtype=torch.bool, device=q.device).tril()
     p = p.masked_fill(~keep, 0.0)
     o = torch.matmul(p.to(vh.dtype), vh).transpose(1, 2)  # [B, Lq, H, D]
-    return o[qb, qpos]
+    o = o[qb, qpos]
+    return o * qk_scale if qk_scale != 1.0 else o
 
 
 class _NaiveBase(Provider):
