@@ -34,6 +34,8 @@ def _device(cfg_device: str, index: int | None):
     idx = torch.cuda.current_device() if index is None else index
     if idx >= torch.cuda.device_count():
         raise UsageError(f"--device {idx}: only {torch.cuda.device_count()} GPU(s) visible")
+    # libraries that launch on "the current device" (Triton, some cuDNN/cuBLAS paths) must see this one
+    torch.cuda.set_device(idx)
     return torch.device("cuda", idx)
 
 
@@ -88,7 +90,8 @@ def cmd_run(a) -> int:
     print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {device} -> {run_dir}", flush=True)
     runner = Runner(cfg, run_dir, device, resume=bool(a.resume), progress=not a.no_progress)
     counts = runner.run(cases)
-    _render(run_dir)
+    if not a.no_report:
+        _render(run_dir)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
     print(f"done: {summary}. results: {run_dir / 'results.json'}", flush=True)
     return 130 if runner.interrupted else 0
@@ -167,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpus", help="shard over GPUs: 'all' or a list like 0,1")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     r.add_argument("--case-list", help=argparse.SUPPRESS)  # internal: a shard's case ids, one per line
+    r.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)  # internal: shards; the merge renders
     r.set_defaults(fn=cmd_run)
 
     rp = sub.add_parser("report", help="re-render report.md/.html and plots from results.json")

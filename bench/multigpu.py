@@ -7,8 +7,9 @@
 How a sharded run works (docs/multi-gpu.md has the user's view):
 
 - Sharding (`shard_cases`): the cases are grouped by workload (so a worker builds each jagged batch
-  once) and the groups are spread over the workers longest-processing-time-first by an estimate of
-  their wall time (`case_cost`: the runner's per-case budgets plus the FLOPs at a nominal rate). A group
+  once), except that a provider with a per-process setup (a torch.compile or CuTe JIT cache,
+  `Provider.process_setup_s`) is one group of its own, never split; the groups are spread over the
+  workers longest-processing-time-first by an estimate of their wall time (`case_cost`: the runner's per-case budgets plus the FLOPs at a nominal rate). A group
   that alone is more than a fair share of the work (1/n of the total — always the case when there are
   fewer groups than workers) is split in two, so no GPU idles while one grinds through a huge workload;
   each part then builds the batch again, which costs far less than an idle GPU.
@@ -185,31 +186,46 @@ def _split(items: list[tuple[int, float]]) -> tuple[list, list]:
     return items[:best], items[best:]
 
 
-def shard_cases(cases: list[Case], n: int, model=None, cost=None) -> list[list[Case]]:
+def _process_setup_s(provider: str) -> float:
+    try:
+        from kernels.registry import get_provider
+        return float(getattr(get_provider(provider), "process_setup_s", 0.0))
+    except Exception:  # an unknown provider is the runner's error to report, not the sharder's
+        return 0.0
+
+
+def shard_cases(cases: list[Case], n: int, model=None, cost=None, setup=None) -> list[list[Case]]:
     """Split `cases` into `n` shards balanced by estimated work (see the module docstring).
 
     Cases of one workload stay together unless that workload alone is more than 1/n of the total work;
-    within a shard the cases keep their input order (so each workload's cases are contiguous, which is
+    the cases of a provider with a per-process setup cost (`Provider.process_setup_s`, e.g. a
+    torch.compile cache) stay together always, so one worker pays that setup rather than all of them.
+    Within a shard the cases keep their input order (so each workload's cases are contiguous, which is
     what the runner groups by). Every case is in exactly one shard; the result is deterministic."""
     if n < 1:
         raise ValueError("need at least one shard")
     cost = cost or (lambda c: case_cost(c, model))
+    setup = setup or _process_setup_s
+    setup_of = {p: setup(p) for p in dict.fromkeys(c.provider for c in cases)}
     costs = [float(cost(c)) for c in cases]
-    groups: dict[str, list[tuple[int, float]]] = {}
+    groups: dict[tuple, list[tuple[int, float]]] = {}
     for i, c in enumerate(cases):
-        groups.setdefault(c.workload.name, []).append((i, costs[i]))
+        key = ("provider", c.provider) if setup_of[c.provider] > 0 else ("workload", c.workload.name)
+        groups.setdefault(key, []).append((i, costs[i]))
+    whole = {id(g) for k, g in groups.items() if k[0] == "provider"}  # never split
+    extra = {id(g): setup_of[k[1]] for k, g in groups.items() if k[0] == "provider"}
     parts = list(groups.values())
-    total = sum(costs)
+    total = sum(costs) + sum(extra.values())
     share = total / n if n else total
     while True:
-        big = [g for g in parts if len(g) > 1 and sum(c for _, c in g) > share * (1 + 1e-9)]
+        big = [g for g in parts if len(g) > 1 and id(g) not in whole and sum(c for _, c in g) > share * (1 + 1e-9)]
         if not big:
             break
         g = max(big, key=lambda g: (sum(c for _, c in g), -g[0][0]))
         k = parts.index(g)
         a, b = _split(g)
         parts[k:k + 1] = [a, b]
-    bins = lpt([sum(c for _, c in g) for g in parts], n)
+    bins = lpt([sum(c for _, c in g) + extra.get(id(g), 0.0) for g in parts], n)
     return [[cases[i] for i in sorted(i for gi in b for i, _ in parts[gi])] for b in bins]
 
 
@@ -519,7 +535,8 @@ def _launch(cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_r
             for label, cases in assignment:
                 sd = shard_root / f"gpu{label}"
                 cmd = [sys.executable, "-m", "bench", "run", str(cfg.path), "--out", str(sd),
-                       "--device", str(label), "--case-list", str(shard_root / f"gpu{label}.txt"), "--no-progress"]
+                       "--device", str(label), "--case-list", str(shard_root / f"gpu{label}.txt"), "--no-progress",
+                       "--no-report"]
                 w = _Worker(label, cases, sd, shard_root / f"gpu{label}.txt", shard_root / f"gpu{label}.log",
                             cmd, env, f"{tag_prefix}gpu{label}", lock)
                 workers.append(w)

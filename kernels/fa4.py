@@ -49,6 +49,7 @@ def _package_reason() -> str | None:
 class FA4Provider(Provider):
     name = "fa4"
     semantics = "softmax"
+    process_setup_s = 20.0  # CuTe DSL JIT of the fwd and bwd kernels, cached in-process
     description = ("FlashAttention-4 (flash-attn-4 4.0.0b36, CuTe DSL) flash_attn_varlen_func on the "
                    "jagged layout; softmax; Hopper sm90 / Blackwell sm10x; fwd + bwd via its autograd")
 

@@ -50,6 +50,9 @@ class Provider:
     name: ClassVar[str] = ""
     semantics: ClassVar[str] = "gdpa"
     description: ClassVar[str] = ""
+    # Seconds of one-time work per process that all of this provider's cases share (a JIT compile
+    # cache). The multi-GPU sharder keeps such a provider's cases on one worker, so one process pays it.
+    process_setup_s: ClassVar[float] = 0.0
 
     def availability(self, device: torch.device) -> str | None:
         """None when this provider can run on `device`; otherwise the reason it cannot."""

@@ -229,3 +229,17 @@ def test_gpu_int64_addressing_beyond_2_pow_31_elements():
     # the last sequence's rows sit past element 2^31 of q, dq, do: the backward addresses them too
     assert rel(dq[tail], rdq) < 2e-2
     assert rel(dk[16:], rdk) < 2e-2 and rel(dv[16:], rdv) < 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_gpu_inputs_on_a_device_that_is_not_current():
+    """Triton launches on the current device; gdpa() must follow its inputs to cuda:1."""
+    torch.cuda.set_device(0)
+    b = make_batch([130, 7], [64, 200], H=4, Hkv=2, D=64, dtype=torch.bfloat16, device="cuda:1", seed=4)
+    bg = b.with_grad()
+    out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv)
+    grads = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
+    ref, rgrads = reference_outputs(b, CaseSpec(), grads=True)
+    assert out.device == torch.device("cuda", 1)
+    assert max([rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads)]) < 2e-2

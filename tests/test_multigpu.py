@@ -472,3 +472,24 @@ def test_slurm_executor_writes_the_expected_sbatch_file(tmp_path, monkeypatch):
     monkeypatch.setenv("GDPA_BENCH_SLURM_ARGS", "account")
     with pytest.raises(UsageError, match="key=value"):
         multigpu.slurm_executor(tmp_path / "submitit", "x", 1, 5)
+
+
+def test_provider_with_process_setup_stays_on_one_shard(tmp_path):
+    """A torch.compile-style provider's cases go to one worker (one compile), the rest still balance."""
+    p = tmp_path / "shard.yaml"
+    p.write_text(textwrap.dedent(SHARD_CFG.format(device="cuda")).replace(
+        "providers: [naive_eager, reference]", "providers: [naive_eager, reference, naive_compiled]"))
+    cfg = load_config(p)
+    assert any(c.provider == "naive_compiled" for c in cfg.cases)
+    cost = lambda c: 1.0  # noqa: E731
+    setup = lambda name: 30.0 if name == "naive_compiled" else 0.0  # noqa: E731
+    shards = shard_cases(cfg.cases, 2, cost=cost, setup=setup)
+    holders = {k for k, s in enumerate(shards) for c in s if c.provider == "naive_compiled"}
+    assert len(holders) == 1
+    assert sorted(c.id for s in shards for c in s) == sorted(c.id for c in cfg.cases)
+    # the compile shard carries the setup, so it gets fewer of the other cases
+    n_compiled = sum(c.provider == "naive_compiled" for c in cfg.cases)
+    loads = [len(s) + (30.0 if k in holders else 0.0) for k, s in enumerate(shards)]
+    assert abs(loads[0] - loads[1]) <= n_compiled + 30.0
+    other = 1 - holders.pop()
+    assert len(shards[other]) > len(cfg.cases) / 2

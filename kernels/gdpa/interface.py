@@ -11,6 +11,7 @@ testing the regression gate).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -98,7 +99,19 @@ def _fwd_impl():
     return _fwd.gdpa_fwd_tma_kernel_tuned, _fwd.gdpa_fwd_tma_kernel
 
 
+def _on_device_of(t: torch.Tensor):
+    # Triton launches on the *current* CUDA device: make that the inputs' device (cuda:1 tensors from a
+    # process whose current device is 0 would otherwise be rejected or run on the wrong GPU)
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
 def gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal):
+    with _on_device_of(q):
+        return _gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale,
+                             causal)
+
+
+def _gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal):
     out = _empty_like(q)
     B, H, Hkv = q_offsets.numel() - 1, q.shape[1], k.shape[1]
     if B == 0 or q.shape[0] == 0:
@@ -177,6 +190,12 @@ def bwd_dq(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha,
 
 
 def gdpa_backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal):
+    with _on_device_of(q):
+        return _gdpa_backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale,
+                              causal)
+
+
+def _gdpa_backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal):
     do = do.contiguous()
     args = (do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal)
     if _bwd_impl(q.device) == 0:
