@@ -16,22 +16,29 @@ from kernels.registry import CaseSpec, Provider, register
 from workloads.batch import JaggedBatch
 
 
-def _pad(x: torch.Tensor, offsets: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[ΣL, H, D] -> [B, max_len, H, D] (zeros), plus the (batch, position) index of every row."""
+def _padded_rows(offsets: torch.Tensor, max_len: int, n: int) -> torch.Tensor:
+    """For each of the n jagged rows, its row in the flattened padded layout [B·max_len]."""
     B = offsets.numel() - 1
     lengths = (offsets[1:] - offsets[:-1]).long()
-    b_idx = torch.repeat_interleave(torch.arange(B, device=x.device), lengths, output_size=x.shape[0])
-    pos = torch.arange(x.shape[0], device=x.device) - offsets[:-1].long()[b_idx]
-    padded = x.new_zeros((B, max_len) + tuple(x.shape[1:]))
-    padded = padded.index_put((b_idx, pos), x)
-    return padded, b_idx, pos
+    b_idx = torch.repeat_interleave(torch.arange(B, device=offsets.device), lengths, output_size=n)
+    return b_idx * max_len + torch.arange(n, device=offsets.device) - offsets[:-1].long()[b_idx]
+
+
+def _pad(x: torch.Tensor, rows: torch.Tensor, B: int, max_len: int) -> torch.Tensor:
+    """[ΣL, H, D] -> [B, max_len, H, D], zeros past each sequence's end. Whole rows are copied by one
+    row index (index_copy), not element by element through a (batch, position) index pair."""
+    flat = x.new_zeros((B * max_len,) + tuple(x.shape[1:])).index_copy(0, rows, x)
+    return flat.view((B, max_len) + tuple(x.shape[1:]))
 
 
 def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activation: str, alpha: float,
                qk_scale: float, causal: bool) -> torch.Tensor:
-    qp, qb, qpos = _pad(q, q_offsets, max_q)
-    kp, _, _ = _pad(k, kv_offsets, max_kv)
-    vp, _, _ = _pad(v, kv_offsets, max_kv)
+    B = q_offsets.numel() - 1
+    q_rows = _padded_rows(q_offsets, max_q, q.shape[0])
+    kv_rows = _padded_rows(kv_offsets, max_kv, k.shape[0])
+    qp = _pad(q, q_rows, B, max_q)
+    kp = _pad(k, kv_rows, B, max_kv)
+    vp = _pad(v, kv_rows, B, max_kv)
     groups = q.shape[1] // k.shape[1]
     if groups > 1:
         kp = kp.repeat_interleave(groups, dim=2)
@@ -50,7 +57,7 @@ def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activati
         keep = keep & torch.ones(max_q, max_kv, dtype=torch.bool, device=q.device).tril()
     p = p.masked_fill(~keep, 0.0)
     o = torch.matmul(p.to(vh.dtype), vh).transpose(1, 2)  # [B, Lq, H, D]
-    o = o[qb, qpos]
+    o = o.reshape((B * max_q,) + tuple(o.shape[2:])).index_select(0, q_rows)
     return o * qk_scale if qk_scale != 1.0 else o
 
 

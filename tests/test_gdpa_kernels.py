@@ -61,6 +61,16 @@ def test_atomic_dq_backward_matches_reference(poisoned, monkeypatch, impl, act, 
     assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
 
 
+@pytest.mark.parametrize("act,causal", [("fast_gelu", False), ("silu", True), ("relu_square", False)])
+def test_software_pipelined_forward_matches_reference(poisoned, monkeypatch, act, causal):
+    """GDPA_FWD_PIPE=1: S of the next key tile computed before this tile's activation (a tune variant)."""
+    monkeypatch.setenv("GDPA_FWD_PIPE", "1")
+    q_len = [5, 0, 17, 33, 1, 48]  # 0, 1, 2 and 3 whole 16-key tiles, plus tails
+    kv = q_len if causal else [7, 3, 0, 40, 1, 64]
+    errs, seed = run_and_compare(q_len, kv, act=act, causal=causal)
+    assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
+
+
 def test_unknown_backward_impl_is_rejected(monkeypatch):
     monkeypatch.setenv("GDPA_BWD_IMPL", "fastest")
     with pytest.raises(ValueError, match="GDPA_BWD_IMPL='fastest'; allowed: split, atomic, atomic_tma"):

@@ -35,13 +35,34 @@ def _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, st
 
 
 @triton.jit
+def _fwd_unmasked_pipelined(acc, q, k_ptrs, v_ptrs, full_end, stride_km, stride_vm, alpha,
+                            BLOCK_N: tl.constexpr, ACT: tl.constexpr, HW_TANH: tl.constexpr,
+                            PRECISION: tl.constexpr):
+    """The unmasked key loop, software-pipelined by one tile (FA3's intra-warpgroup overlap):
+    S_j+1 = Q·K_j+1ᵀ is issued before act(S_j), so the tensor core has work while the same warps run
+    the activation — if the compiler leaves the wgmma in flight across it."""
+    if full_end > 0:
+        s = tl.dot(q, tl.trans(tl.load(k_ptrs)), input_precision=PRECISION)
+        for start_n in range(BLOCK_N, full_end, BLOCK_N):
+            s_next = tl.dot(q, tl.trans(tl.load(k_ptrs + start_n * stride_km)), input_precision=PRECISION)
+            p = act_fwd_scaled(s, alpha, ACT, HW_TANH)
+            v = tl.load(v_ptrs + (start_n - BLOCK_N) * stride_vm)
+            acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+            s = s_next
+        p = act_fwd_scaled(s, alpha, ACT, HW_TANH)
+        v = tl.load(v_ptrs + (full_end - BLOCK_N) * stride_vm)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
 def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
                     stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                     stride_om, stride_oh, alpha, qk_scale, max_q_bucket, max_kv_bucket,
                     H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
                     HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                    WARP_SPEC: tl.constexpr = False):
+                    WARP_SPEC: tl.constexpr = False, PIPELINE_S: tl.constexpr = False):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // H
@@ -70,9 +91,13 @@ def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
     if CAUSAL:
         hi = tl.minimum(lk, m0 + BLOCK_M)
         full_end = tl.minimum(full_end, m0)  # BLOCK_M % BLOCK_N == 0: tiles before m0 are unmasked
-    for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WARP_SPEC):
-        acc = _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
-                        alpha, ACT, HW_TANH, CAUSAL, False, PRECISION)
+    if PIPELINE_S:
+        acc = _fwd_unmasked_pipelined(acc, q, k_ptrs, v_ptrs, full_end, stride_km, stride_vm, alpha,
+                                      BLOCK_N, ACT, HW_TANH, PRECISION)
+    else:
+        for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WARP_SPEC):
+            acc = _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
+                            alpha, ACT, HW_TANH, CAUSAL, False, PRECISION)
     for start_n in range(full_end, hi, BLOCK_N):
         acc = _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
                         alpha, ACT, HW_TANH, CAUSAL, True, PRECISION)

@@ -122,6 +122,10 @@ def _gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alp
     consts = dict(H=H, GROUPS=H // Hkv, **_common_consts(q, activation, causal))
     if os.environ.get("GDPA_FWD_WS") == "1":
         consts["WARP_SPEC"] = True  # experiment: triton's Hopper warp specialization of the key loop
+    if os.environ.get("GDPA_FWD_PIPE") == "1":
+        if os.environ.get("GDPA_FWD_IMPL", "ptr") != "ptr":
+            raise ValueError("GDPA_FWD_PIPE=1 is a variant of the pointer-load kernel (GDPA_FWD_IMPL=ptr)")
+        consts["PIPELINE_S"] = True  # experiment: QKᵀ of the next key tile issued before this activation
     _launch(*_fwd_impl(), _fwd.INTERPRET_CONFIG, "GDPA_FWD_CONFIG",
             lambda bm, bn: (triton.cdiv(max(max_q, 1), bm), B * H), args, consts)
     return out

@@ -102,6 +102,9 @@ def variants():
             continue  # measured slower than pointer loads in v1 (PERF.md); kept only as a WS candidate
         out.append(("fwd", f"{impl}{'+ws' if ws == '1' else ''}/{'/'.join(map(str, cfg))}",
                     {"GDPA_FWD_IMPL": impl, "GDPA_FWD_WS": ws, "GDPA_FWD_CONFIG": ",".join(map(str, cfg))}))
+    for cfg in _fwd.FWD_CONFIGS:
+        out.append(("fwd", f"ptr+pipe/{'/'.join(map(str, cfg))}",
+                    {"GDPA_FWD_IMPL": "ptr", "GDPA_FWD_PIPE": "1", "GDPA_FWD_CONFIG": ",".join(map(str, cfg))}))
     # the split backward as shipped (both kernels autotuned), then the atomic dQ backward per tile config
     out.append(("bwd", "split/autotuned", {"GDPA_BWD_IMPL": "split"}))
     for impl, cfg in itertools.product(("atomic", "atomic_tma"), _bwd.ATOMIC_DKDV_CONFIGS):
@@ -110,7 +113,7 @@ def variants():
     return out
 
 
-VARIANT_ENV = ("GDPA_FWD_IMPL", "GDPA_FWD_WS", "GDPA_FWD_CONFIG", "GDPA_BWD_IMPL", "GDPA_DKDV_CONFIG",
+VARIANT_ENV = ("GDPA_FWD_IMPL", "GDPA_FWD_WS", "GDPA_FWD_PIPE", "GDPA_FWD_CONFIG", "GDPA_BWD_IMPL", "GDPA_DKDV_CONFIG",
                "GDPA_DQ_CONFIG")
 
 
