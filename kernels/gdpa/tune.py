@@ -16,6 +16,7 @@ import argparse
 import csv
 import itertools
 import os
+import re
 import sys
 import time
 
@@ -94,15 +95,17 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def variants():
-    """(kind, label, environment) of every variant the sweep checks and times."""
+def variants(fwd_configs=None):
+    """(kind, label, environment) of every variant the sweep checks and times; `fwd_configs` replaces
+    the shipped forward tile configs (to try new ones without editing fwd.py)."""
+    fwd_configs = fwd_configs or _fwd.FWD_CONFIGS
     out = []
-    for impl, ws, cfg in itertools.product(("ptr", "tma"), ("0", "1"), _fwd.FWD_CONFIGS):
+    for impl, ws, cfg in itertools.product(("ptr", "tma"), ("0", "1"), fwd_configs):
         if impl == "tma" and ws == "0":
             continue  # measured slower than pointer loads in v1 (PERF.md); kept only as a WS candidate
         out.append(("fwd", f"{impl}{'+ws' if ws == '1' else ''}/{'/'.join(map(str, cfg))}",
                     {"GDPA_FWD_IMPL": impl, "GDPA_FWD_WS": ws, "GDPA_FWD_CONFIG": ",".join(map(str, cfg))}))
-    for cfg in _fwd.FWD_CONFIGS:
+    for cfg in fwd_configs:
         out.append(("fwd", f"ptr+pipe/{'/'.join(map(str, cfg))}",
                     {"GDPA_FWD_IMPL": "ptr", "GDPA_FWD_PIPE": "1", "GDPA_FWD_CONFIG": ",".join(map(str, cfg))}))
     # the split backward as shipped (both kernels autotuned), then the atomic dQ backward per tile config
@@ -117,7 +120,8 @@ VARIANT_ENV = ("GDPA_FWD_IMPL", "GDPA_FWD_WS", "GDPA_FWD_PIPE", "GDPA_FWD_CONFIG
                "GDPA_DQ_CONFIG")
 
 
-def run(out_dir: str, quick: bool, act: str, only: str | None = None) -> None:
+def run(out_dir: str, quick: bool, act: str, only: str | None = None, select: str | None = None,
+        fwd_configs=None) -> None:
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     path = os.path.join(out_dir, "tune.csv")
@@ -139,8 +143,8 @@ def run(out_dir: str, quick: bool, act: str, only: str | None = None) -> None:
               tflops=2 * 8192**3 / ms / 1e9, error=""))
     del a, bm
 
-    for kind, label, env in variants():
-        if only and only != kind:
+    for kind, label, env in variants(fwd_configs):
+        if (only and only != kind) or (select and not re.search(select, label)):
             continue
         for name in VARIANT_ENV:
             os.environ.pop(name, None)
@@ -235,11 +239,24 @@ def profile_once(kind: str, act: str) -> None:
     torch.cuda.synchronize()
 
 
+def parse_configs(text: str) -> list[tuple[int, int, int, int]]:
+    try:
+        cfgs = [tuple(int(x) for x in part.split(",")) for part in text.split(";") if part.strip()]
+    except ValueError:
+        cfgs = []
+    if not cfgs or any(len(c) != 4 for c in cfgs):
+        raise argparse.ArgumentTypeError(f"expected 'BLOCK_M,BLOCK_N,num_warps,num_stages;...', got {text!r}")
+    return cfgs
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "runs/tune"))
     p.add_argument("--quick", action="store_true")
     p.add_argument("--only", choices=("fwd", "bwd"), help="sweep one kind of variant")
+    p.add_argument("--select", metavar="REGEX", help="only variants whose label matches, e.g. '^ptr(\\+pipe)?/'")
+    p.add_argument("--fwd-configs", metavar="M,N,W,S;...", type=parse_configs,
+                   help="forward tile configs to sweep instead of fwd.FWD_CONFIGS")
     p.add_argument("--activation", default="fast_gelu")
     p.add_argument("--profile-once", choices=("fwd", "dkdv", "dq"))
     p.add_argument("--check-all", action="store_true", help="correctness of every activation, then exit")
@@ -252,7 +269,7 @@ def main(argv=None) -> int:
     if a.profile_once:
         profile_once(a.profile_once, a.activation)
     else:
-        run(a.out, a.quick, a.activation, a.only)
+        run(a.out, a.quick, a.activation, a.only, a.select, a.fwd_configs)
     return 0
 
 
