@@ -5,8 +5,8 @@
 
 q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]` (H % Hkv == 0), int32 offsets `[B+1]`, out like q. Differentiable
 in q, k and v. Tile configs are autotuned per bucketed max length on first use; the environment
-variables GDPA_FWD_CONFIG / GDPA_DKDV_CONFIG / GDPA_DQ_CONFIG ("BLOCK_M,BLOCK_N,num_warps,num_stages")
-pin a config instead (used to reproduce a tuning decision, or to slow the kernel on purpose when
+variables GDPA_FWD_CONFIG / GDPA_DKDV_CONFIG / GDPA_DQ_CONFIG ("BLOCK_M,BLOCK_N,num_warps,num_stages"
+and optionally ",maxnreg", a per-thread register cap, 0 = none) pin a config instead (used to reproduce a tuning decision, or to slow the kernel on purpose when
 testing the regression gate).
 """
 from __future__ import annotations
@@ -36,24 +36,32 @@ def _pinned(env: str):
     if not raw:
         return None
     try:
-        m, n, w, s = (int(x) for x in raw.split(","))
+        cfg = tuple(int(x) for x in raw.split(","))
     except ValueError:
-        raise ValueError(f"{env}={raw!r}: expected BLOCK_M,BLOCK_N,num_warps,num_stages (four integers)")
-    return m, n, w, s
+        cfg = ()
+    if len(cfg) not in (4, 5):
+        raise ValueError(f"{env}={raw!r}: expected BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg] (integers)")
+    return cfg
+
+
+PINNED_KERNELS: dict = {}
 
 
 def _launch(tuned, plain, interpret_cfg, env, grid_of, args, consts, on_config=None):
-    """Run `plain` with a fixed config (interpreter or pinned) or `tuned` (autotuned on first use).
+    """Run `plain` with a fixed config (interpreter or pinned) or `tuned` (autotuned on first use);
+    returns what triton's launch returns (the compiled kernel, for register / spill counts).
     `on_config(BLOCK_M)` prepares arguments that depend on the fixed config (the autotuned path does
     that in the configs' pre-hooks)."""
     cfg = interpret_cfg if args[0].device.type == "cpu" else _pinned(env)
     if cfg is None:
-        tuned[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **consts)
-        return
-    m, n, w, s = cfg
+        return tuned[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **consts)
+    m, n, w, s = cfg[:4]
     if on_config is not None:
         on_config(m)
-    plain[grid_of(m, n)](*args, **consts, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s)
+    extra = {"maxnreg": cfg[4]} if len(cfg) == 5 and cfg[4] > 0 else {}
+    kernel = plain[grid_of(m, n)](*args, **consts, BLOCK_M=m, BLOCK_N=n, num_warps=w, num_stages=s, **extra)
+    PINNED_KERNELS[env] = kernel  # tune.py reports its registers, spills and shared memory
+    return kernel
 
 
 def _precision(dtype: torch.dtype) -> str:

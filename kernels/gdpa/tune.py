@@ -25,7 +25,7 @@ import torch
 
 from kernels.gdpa import bwd as _bwd
 from kernels.gdpa import fwd as _fwd
-from kernels.gdpa.interface import bwd_dkdv, bwd_dq, gdpa_backward, gdpa_forward
+from kernels.gdpa.interface import PINNED_KERNELS, bwd_dkdv, bwd_dq, gdpa_backward, gdpa_forward
 from kernels.reference import reference_outputs
 from kernels.registry import CaseSpec
 from workloads.batch import make_batch
@@ -95,19 +95,34 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def variants(fwd_configs=None):
+def _label(cfg) -> str:
+    # BLOCK_M/BLOCK_N/warps/stages, then "r<maxnreg>" when the registers are capped
+    return "/".join(map(str, cfg[:4])) + (f"/r{cfg[4]}" if len(cfg) > 4 and cfg[4] else "")
+
+
+def _env(cfg) -> str:
+    return ",".join(map(str, cfg))
+
+
+def variants(fwd_configs=None, dkdv_configs=None, dq_configs=None):
     """(kind, label, environment) of every variant the sweep checks and times; `fwd_configs` replaces
-    the shipped forward tile configs (to try new ones without editing fwd.py)."""
+    the shipped forward tile configs (to try new ones without editing fwd.py); `dkdv_configs` /
+    `dq_configs` add pinned configs of the split backward's two kernels, timed one kernel at a time."""
     fwd_configs = fwd_configs or _fwd.FWD_CONFIGS
     out = []
     for impl, ws, cfg in itertools.product(("ptr", "tma"), ("0", "1"), fwd_configs):
         if impl == "tma" and ws == "0":
             continue  # measured slower than pointer loads in v1 (PERF.md); kept only as a WS candidate
-        out.append(("fwd", f"{impl}{'+ws' if ws == '1' else ''}/{'/'.join(map(str, cfg))}",
-                    {"GDPA_FWD_IMPL": impl, "GDPA_FWD_WS": ws, "GDPA_FWD_CONFIG": ",".join(map(str, cfg))}))
+        out.append(("fwd", f"{impl}{'+ws' if ws == '1' else ''}/{_label(cfg)}",
+                    {"GDPA_FWD_IMPL": impl, "GDPA_FWD_WS": ws, "GDPA_FWD_CONFIG": _env(cfg)}))
     for cfg in fwd_configs:
-        out.append(("fwd", f"ptr+pipe/{'/'.join(map(str, cfg))}",
-                    {"GDPA_FWD_IMPL": "ptr", "GDPA_FWD_PIPE": "1", "GDPA_FWD_CONFIG": ",".join(map(str, cfg))}))
+        out.append(("fwd", f"ptr+pipe/{_label(cfg)}",
+                    {"GDPA_FWD_IMPL": "ptr", "GDPA_FWD_PIPE": "1", "GDPA_FWD_CONFIG": _env(cfg)}))
+    # each half of the split backward on its own, per tile config (the pair with the least time wins)
+    for cfg in dkdv_configs or ():
+        out.append(("dkdv", f"dkdv/{_label(cfg)}", {"GDPA_DKDV_CONFIG": _env(cfg)}))
+    for cfg in dq_configs or ():
+        out.append(("dq", f"dq/{_label(cfg)}", {"GDPA_DQ_CONFIG": _env(cfg)}))
     # the split backward as shipped (both kernels autotuned), then the atomic dQ backward per tile config
     out.append(("bwd", "split/autotuned", {"GDPA_BWD_IMPL": "split"}))
     for impl, cfg in itertools.product(("atomic", "atomic_tma"), _bwd.ATOMIC_DKDV_CONFIGS):
@@ -120,13 +135,28 @@ VARIANT_ENV = ("GDPA_FWD_IMPL", "GDPA_FWD_WS", "GDPA_FWD_PIPE", "GDPA_FWD_CONFIG
                "GDPA_DQ_CONFIG")
 
 
+# GEMM work of each timed kind in units of the forward's 4·H·D·ΣLq·Lk: the backward by the peers'
+# 2.5× convention; its two split kernels by the GEMMs they really run (dK/dV 4, dQ 3 of the forward's 2)
+FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "dkdv": 2.0, "dq": 1.5}
+PINNED_ENV = {"fwd": "GDPA_FWD_CONFIG", "dkdv": "GDPA_DKDV_CONFIG", "dq": "GDPA_DQ_CONFIG"}
+
+
+def _resources(kind: str) -> str:
+    """Registers per thread, spills and shared memory of the pinned kernel just run ("" if autotuned)."""
+    k = PINNED_KERNELS.get(PINNED_ENV.get(kind, ""))
+    if k is None:
+        return ""
+    return f"regs={k.n_regs} spills={k.n_spills} smem={k.metadata.shared // 1024}K"
+
+
 def run(out_dir: str, quick: bool, act: str, only: str | None = None, select: str | None = None,
-        fwd_configs=None) -> None:
+        fwd_configs=None, dkdv_configs=None, dq_configs=None) -> None:
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     path = os.path.join(out_dir, "tune.csv")
     f = open(path, "w", newline="")
-    w = csv.DictWriter(f, fieldnames=["kind", "variant", "shape", "rel_err", "ms", "tflops", "error"])
+    w = csv.DictWriter(f, fieldnames=["kind", "variant", "shape", "rel_err", "ms", "tflops", "resources",
+                                       "error"])
     w.writeheader()
 
     def emit(row):
@@ -143,13 +173,14 @@ def run(out_dir: str, quick: bool, act: str, only: str | None = None, select: st
               tflops=2 * 8192**3 / ms / 1e9, error=""))
     del a, bm
 
-    for kind, label, env in variants(fwd_configs):
+    for kind, label, env in variants(fwd_configs, dkdv_configs, dq_configs):
         if (only and only != kind) or (select and not re.search(select, label)):
             continue
         for name in VARIANT_ENV:
             os.environ.pop(name, None)
         os.environ.update(env)
-        base = dict(kind=kind, variant=label)
+        PINNED_KERNELS.clear()
+        base = dict(kind=kind, variant=label, resources="")
         try:
             err = check(kind, act)
         except Exception as exc:  # a variant that does not compile is a result, not a crash
@@ -163,17 +194,17 @@ def run(out_dir: str, quick: bool, act: str, only: str | None = None, select: st
             continue
         for name, (b, flops) in batches.items():
             args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, act, 1.0, 1.0, False)
-            if kind == "fwd":
-                fn, fl = (lambda: gdpa_forward(*args)), flops
-            else:
-                fn, fl = (lambda: gdpa_backward(b.dout, *args)), flops * 2.5
+            fn = {"fwd": lambda: gdpa_forward(*args), "bwd": lambda: gdpa_backward(b.dout, *args),
+                  "dkdv": lambda: bwd_dkdv(b.dout, *args), "dq": lambda: bwd_dq(b.dout, *args)}[kind]
+            fl = flops * FLOP_FACTOR[kind]
             try:
                 t = bench(fn)
             except Exception as exc:
                 emit(dict(base, shape=name, rel_err=err, ms="", tflops="", error=str(exc)[:200]))
                 continue
-            emit(dict(base, shape=name, rel_err=err, ms=t, tflops=fl / t / 1e9, error=""))
-        print(f"{kind} {label}: err {err:.2e} " + " ".join(
+            emit(dict(base, shape=name, rel_err=err, ms=t, tflops=fl / t / 1e9, resources=_resources(kind),
+                      error=""))
+        print(f"{kind} {label}: err {err:.2e} {_resources(kind)} " + " ".join(
             f"{r['shape']}={r['tflops']:.0f}" for r in rows[-len(batches):] if r["tflops"] != ""), flush=True)
     for name in VARIANT_ENV:
         os.environ.pop(name, None)
@@ -182,9 +213,10 @@ def run(out_dir: str, quick: bool, act: str, only: str | None = None, select: st
 
 
 def summarize(rows):
-    print("\n== best variant per kind and shape (TFLOP/s; bwd kinds use the 2.5x convention) ==")
+    print("\n== best variant per kind and shape (TFLOP/s; bwd by the 2.5x convention, dkdv/dq by their own"
+          " GEMMs) ==")
     timed = [r for r in rows if r["tflops"] != "" and r["shape"] not in ("check", "")]
-    for kind in ("fwd", "bwd"):
+    for kind in ("fwd", "bwd", "dkdv", "dq"):
         for shape in sorted({r["shape"] for r in timed}):
             cand = [r for r in timed if r["kind"] == kind and r["shape"] == shape]
             if cand:
@@ -244,8 +276,9 @@ def parse_configs(text: str) -> list[tuple[int, int, int, int]]:
         cfgs = [tuple(int(x) for x in part.split(",")) for part in text.split(";") if part.strip()]
     except ValueError:
         cfgs = []
-    if not cfgs or any(len(c) != 4 for c in cfgs):
-        raise argparse.ArgumentTypeError(f"expected 'BLOCK_M,BLOCK_N,num_warps,num_stages;...', got {text!r}")
+    if not cfgs or any(len(c) not in (4, 5) for c in cfgs):
+        raise argparse.ArgumentTypeError(f"expected 'BLOCK_M,BLOCK_N,num_warps,num_stages[,maxnreg];...', "
+                                         f"got {text!r}")
     return cfgs
 
 
@@ -253,10 +286,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "runs/tune"))
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", choices=("fwd", "bwd"), help="sweep one kind of variant")
+    p.add_argument("--only", choices=("fwd", "bwd", "dkdv", "dq"), help="sweep one kind of variant")
     p.add_argument("--select", metavar="REGEX", help="only variants whose label matches, e.g. '^ptr(\\+pipe)?/'")
     p.add_argument("--fwd-configs", metavar="M,N,W,S;...", type=parse_configs,
-                   help="forward tile configs to sweep instead of fwd.FWD_CONFIGS")
+                   help="forward tile configs to sweep instead of fwd.FWD_CONFIGS (a 5th value caps registers)")
+    p.add_argument("--dkdv-configs", metavar="M,N,W,S[,R];...", type=parse_configs, help="pinned dK/dV configs")
+    p.add_argument("--dq-configs", metavar="M,N,W,S[,R];...", type=parse_configs, help="pinned dQ configs")
     p.add_argument("--activation", default="fast_gelu")
     p.add_argument("--profile-once", choices=("fwd", "dkdv", "dq"))
     p.add_argument("--check-all", action="store_true", help="correctness of every activation, then exit")
@@ -269,7 +304,7 @@ def main(argv=None) -> int:
     if a.profile_once:
         profile_once(a.profile_once, a.activation)
     else:
-        run(a.out, a.quick, a.activation, a.only, a.select, a.fwd_configs)
+        run(a.out, a.quick, a.activation, a.only, a.select, a.fwd_configs, a.dkdv_configs, a.dq_configs)
     return 0
 
 
