@@ -52,6 +52,10 @@ class Power(_Strict):
     enabled: bool = True
     period_ms: float = Field(10.0, gt=0)
     energy_loop_s: float = Field(1.0, ge=0)
+    # run the energy loop before the timed samples instead of after: the samples then start with the GPU
+    # in its power-capped steady state, so a short rep budget measures the same state on every GPU and
+    # every run, not whatever the previous case left (docs/multi-gpu.md measured the difference)
+    energy_loop_first: bool = False
     # case ids matching this regex are timed twice, with and without the sampling thread, to measure
     # what monitoring costs
     overhead_check: str | None = None

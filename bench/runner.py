@@ -143,6 +143,7 @@ class Runner:
             "peak_tflops": peak, "hbm_tb_s": hbm, "measured_gemm_tflops": None, "measured_copy_tb_s": None,
             "calibration": None, "baseline_provider": self.m.baseline, "monitor": None,
             "timing": self.m.timing.model_dump(), "correctness": self.m.correctness.model_dump(),
+            "power_config": self.m.power.model_dump(),
         }
 
     def _start_monitor(self) -> None:
@@ -257,6 +258,8 @@ class Runner:
             fn = provider.build(batch, spec, case.mode)
             fn()  # compile / autotune / allocate outside the timed region
             sync_for(self.device)()
+            if self.m.power.energy_loop_first:
+                self._energy(case, rec, fn, flops)
             samples = self._time(fn)
             rec.update(times_ms=samples.times_ms, median_ms=samples.median_ms, p20_ms=samples.p20_ms,
                        p80_ms=samples.p80_ms, status="ok")
@@ -293,9 +296,15 @@ class Runner:
                 self.monitor.start()
             rec["monitor_overhead"] = {"median_ms_with": rec["median_ms"], "median_ms_without": without.median_ms,
                                        "overhead": rec["median_ms"] / without.median_ms - 1.0}
-        if pw.energy_loop_s > 0:
-            rec["power"] = self.monitor.measure(fn, sync=sync_for(self.device), min_seconds=pw.energy_loop_s,
-                                                flops_per_call=flops, case_id=case.id)
+        if not pw.energy_loop_first:
+            self._energy(case, rec, fn, flops)
+
+    def _energy(self, case: Case, rec: dict, fn, flops: float) -> None:
+        pw = self.m.power
+        if self.monitor is None or not self.monitor.available or pw.energy_loop_s <= 0:
+            return
+        rec["power"] = self.monitor.measure(fn, sync=sync_for(self.device), min_seconds=pw.energy_loop_s,
+                                            flops_per_call=flops, case_id=case.id)
 
     # -- the sweep ---------------------------------------------------------------------------------
     def build_workload(self, w: Workload):

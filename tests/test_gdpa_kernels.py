@@ -253,3 +253,15 @@ def test_gpu_inputs_on_a_device_that_is_not_current():
     ref, rgrads = reference_outputs(b, CaseSpec(), grads=True)
     assert out.device == torch.device("cuda", 1)
     assert max([rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads)]) < 2e-2
+
+
+def test_pinned_config_accepts_a_register_cap_and_names_the_variable(monkeypatch):
+    from kernels.gdpa.interface import _pinned
+    from kernels.gdpa.tiles import triton_config
+    monkeypatch.setenv("GDPA_FWD_CONFIG", "128,32,8,3,128")
+    assert _pinned("GDPA_FWD_CONFIG") == (128, 32, 8, 3, 128)
+    assert triton_config(_pinned("GDPA_FWD_CONFIG")).maxnreg == 128
+    assert triton_config((64, 64, 4, 2)).maxnreg is None
+    monkeypatch.setenv("GDPA_FWD_CONFIG", "128,32,8")
+    with pytest.raises(ValueError, match="GDPA_FWD_CONFIG"):
+        _pinned("GDPA_FWD_CONFIG")

@@ -211,3 +211,38 @@ def test_smoke_config_pipeline_subset(tmp_path):
     data = results(out)
     assert {c["provider"] for c in data["cases"]} == {"gdpa_triton", "naive_eager", "reference"}
     assert all(c["status"] == "ok" for c in data["cases"]), [c["error"] for c in data["cases"]]
+
+
+class _OrderMonitor:
+    """Stands in for the NVML monitor: records when the energy loop runs relative to the samples."""
+    available = True
+
+    def __init__(self, events):
+        self.events = events
+
+    def measure(self, fn, sync, min_seconds, flops_per_call, case_id):
+        fn()
+        self.events.append("energy")
+        return {"avg_w": 1.0}
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_energy_loop_before_or_after_the_samples(tmp_path, first):
+    from bench.runner import Runner
+    from workloads.batch import make_batch
+    path = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    path.write_text(path.read_text().replace(
+        "power: {enabled: false}", f"power: {{energy_loop_s: 0.01, energy_loop_first: {str(first).lower()}}}"))
+    cfg = load_config(path)
+    runner = Runner(cfg, tmp_path / "run", torch.device("cpu"), progress=False, log=lambda *_: None)
+    events = []
+    runner.monitor = _OrderMonitor(events)
+    timed = runner._time
+    runner._time = lambda fn: (events.append("samples"), timed(fn))[1]
+    case = cfg.cases[0]
+    q_len, kv_len, wstats = runner.build_workload(case.workload)
+    batch = make_batch(q_len, kv_len, H=2, Hkv=2, D=16, dtype=torch.float32, device=torch.device("cpu"), seed=0)
+    rec = runner.run_case(case, batch, wstats, flops=1.0)
+    assert rec["status"] == "ok" and rec["power"] == {"avg_w": 1.0}
+    assert events == (["energy", "samples"] if first else ["samples", "energy"])
+    assert runner.writer.data["meta"]["power_config"]["energy_loop_first"] is first

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa.activations import act_fwd_bwd_scaled
+from kernels.gdpa.tiles import triton_config
 
 
 @triton.jit
@@ -140,9 +141,10 @@ def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
              (dq * (qk_scale * alpha)).to(DQ.dtype.element_ty), mask=q_ok[:, None])
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages)
-# Winners of the 2026-11-30 H200 sweep (docs/tuning/): dkdv 64/128/8/3 on every shape; dq 128/64/8/3,
-# except 128/64/8/2 on short KV.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py)
+# Winners of the 2026-11-30 H200 sweeps (docs/tuning/): dkdv 64/128/8/3 on every shape (no config
+# with two CTAs per SM comes close: capping its registers spills dK/dV); dq 128/64/8/3, 64/32/4/3 capped
+# at 168 registers +4% at L = 256.
 DKDV_CONFIGS = [
     (64, 128, 8, 3),
     (64, 64, 4, 3),
@@ -150,6 +152,7 @@ DKDV_CONFIGS = [
 DQ_CONFIGS = [
     (128, 64, 8, 3),
     (128, 64, 8, 2),
+    (64, 32, 4, 3, 168),
 ]
 # candidates for the atomic-dQ dK/dV kernel (one more GEMM and a [BLOCK_M, D] fp32 tile live per step)
 ATOMIC_DKDV_CONFIGS = [
@@ -178,9 +181,7 @@ def _zero_dq_acc(nargs, reset_only=False):
 
 def _tuned(kernel, configs, key, **kw):
     return triton.autotune(
-        configs=[triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s,
-                               pre_hook=kw.get("config_hook"))
-                 for m, n, w, s in configs],
+        configs=[triton_config(cfg, pre_hook=kw.get("config_hook")) for cfg in configs],
         key=["max_q_bucket", "max_kv_bucket", "GROUPS", "D", "ACT", "CAUSAL", *key],
         pre_hook=kw.get("pre_hook"),
     )(kernel)

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa.activations import act_fwd_scaled
+from kernels.gdpa.tiles import triton_config
 
 
 @triton.jit
@@ -164,13 +165,15 @@ def gdpa_fwd_tma_kernel(Q, K, V, Out, q_offsets, kv_offsets,
     o_desc.store([m0, 0], (acc * qk_scale).to(Out.dtype.element_ty))
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages). Autotuned per bucketed max length; see PERF.md.
-# The three that won a shape in the 2026-11-30 H200 sweep of 5 configs (docs/tuning/): 128/64/8/3 on
-# set 1, 64/64/4/3 on short KV (set 2), 128/128/8/3 close behind at L = 2048.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py). Autotuned per bucketed max length.
+# The 2026-11-30 occupancy sweep (PERF.md v3, docs/tuning/2026-11-30-h200-occupancy.csv): two CTAs per
+# SM (registers capped at 128, ≤ 96 KB shared) win short keys by 20–26% and tie at L = 2048, where
+# the uncapped one-CTA 128/64/8/3 stays within 1%.
 FWD_CONFIGS = [
     (128, 64, 8, 3),
-    (64, 64, 4, 3),
-    (128, 128, 8, 3),
+    (128, 32, 8, 3, 128),
+    (128, 64, 8, 2, 128),
+    (64, 32, 4, 3, 168),
 ]
 INTERPRET_CONFIG = (16, 16, 4, 1)
 
@@ -178,8 +181,7 @@ INTERPRET_CONFIG = (16, 16, 4, 1)
 
 def _tuned(kernel):
     return triton.autotune(
-        configs=[triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-                 for m, n, w, s in FWD_CONFIGS],
+        configs=[triton_config(cfg) for cfg in FWD_CONFIGS],
         key=["max_q_bucket", "max_kv_bucket", "H", "GROUPS", "D", "ACT", "CAUSAL"],
     )(kernel)
 
