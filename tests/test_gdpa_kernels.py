@@ -71,6 +71,36 @@ def test_software_pipelined_forward_matches_reference(poisoned, monkeypatch, act
     assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
 
 
+SKEWED = [3, 0, 1, 200, 2, 0, 3, 1, 2, 3, 1, 2]  # one long history among short ones, and empties
+
+
+@pytest.mark.parametrize("schedule", ["grid", "compact"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_compact_tile_schedule_matches_reference(poisoned, monkeypatch, schedule, causal):
+    """Both launch schedules (kernels/gdpa/schedule.py) in forward, dK/dV and dQ, on the small jagged
+    batch and on a skewed one whose compact grid has spare programs; every output element checked."""
+    monkeypatch.setenv("GDPA_SCHEDULE", schedule)
+    for q_len, kv_len in ((Q_LEN, Q_LEN if causal else KV_LEN), (SKEWED, SKEWED)):
+        errs, seed = run_and_compare(q_len, kv_len, act="fast_gelu", causal=causal)
+        assert max(errs) < 1e-4, (schedule, q_len, errs, seed)
+
+
+def test_schedule_choice_follows_the_length_skew(monkeypatch):
+    from kernels.gdpa.schedule import TileSchedule
+    offsets = lambda lengths: torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+    skewed = TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4)
+    uniform = TileSchedule(offsets([200] * 12), 2400, 200, heads=4)
+    assert skewed.compact and not uniform.compact
+    assert skewed.grid(16) == ((sum(SKEWED) // 16 + len(SKEWED)) * 4,)
+    assert skewed.tile_offsets.tolist() == [0, 1, 1, 2, 15, 16, 16, 17, 18, 19, 20, 21, 22]
+    assert uniform.grid(16) == (13, 48)
+    monkeypatch.setenv("GDPA_SCHEDULE", "grid")
+    assert not TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4).compact
+    monkeypatch.setenv("GDPA_SCHEDULE", "persistent")
+    with pytest.raises(ValueError, match="GDPA_SCHEDULE"):
+        TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4)
+
+
 def test_unknown_backward_impl_is_rejected(monkeypatch):
     monkeypatch.setenv("GDPA_BWD_IMPL", "fastest")
     with pytest.raises(ValueError, match="GDPA_BWD_IMPL='fastest'; allowed: split, atomic, atomic_tma"):

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa.activations import act_fwd_bwd_scaled
+from kernels.gdpa.schedule import locate_tile
 from kernels.gdpa.tiles import triton_config
 
 
@@ -26,14 +27,14 @@ def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, q_offsets, kv_offsets,
                          stride_dom, stride_doh, stride_dkm, stride_dkh, stride_dvm, stride_dvh,
                          stride_dqm, stride_dqh,
                          alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                         tile_offsets, n_seqs, search_steps,
                          HKV: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
                          HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                         ATOMIC_DQ: tl.constexpr = 0):
-    pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // HKV
-    hk = pid_bh % HKV
+                         ATOMIC_DQ: tl.constexpr = 0, COMPACT: tl.constexpr = False):
+    b, hk, pid_n = locate_tile(tile_offsets, n_seqs, search_steps, HKV, COMPACT)
+    if b >= n_seqs:
+        return
     kv_start = tl.load(kv_offsets + b).to(tl.int64)
     lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
     n0 = pid_n * BLOCK_N
@@ -95,13 +96,14 @@ def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
                        stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                        stride_dom, stride_doh, stride_dqm, stride_dqh,
                        alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                       tile_offsets, n_seqs, search_steps,
                        H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                       HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+                       HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                       COMPACT: tl.constexpr = False):
+    b, h, pid_m = locate_tile(tile_offsets, n_seqs, search_steps, H, COMPACT)
+    if b >= n_seqs:
+        return
     q_start = tl.load(q_offsets + b).to(tl.int64)
     lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
     m0 = pid_m * BLOCK_M
@@ -182,7 +184,7 @@ def _zero_dq_acc(nargs, reset_only=False):
 def _tuned(kernel, configs, key, **kw):
     return triton.autotune(
         configs=[triton_config(cfg, pre_hook=kw.get("config_hook")) for cfg in configs],
-        key=["max_q_bucket", "max_kv_bucket", "GROUPS", "D", "ACT", "CAUSAL", *key],
+        key=["max_q_bucket", "max_kv_bucket", "GROUPS", "D", "ACT", "CAUSAL", "COMPACT", *key],
         pre_hook=kw.get("pre_hook"),
     )(kernel)
 

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa.activations import act_fwd_scaled
+from kernels.gdpa.schedule import locate_tile
 from kernels.gdpa.tiles import triton_config
 
 
@@ -60,14 +61,15 @@ def _fwd_unmasked_pipelined(acc, q, k_ptrs, v_ptrs, full_end, stride_km, stride_
 def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
                     stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                     stride_om, stride_oh, alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                    tile_offsets, n_seqs, search_steps,
                     H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
                     HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                    WARP_SPEC: tl.constexpr = False, PIPELINE_S: tl.constexpr = False):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+                    COMPACT: tl.constexpr = False, WARP_SPEC: tl.constexpr = False,
+                    PIPELINE_S: tl.constexpr = False):
+    b, h, pid_m = locate_tile(tile_offsets, n_seqs, search_steps, H, COMPACT)
+    if b >= n_seqs:
+        return
     q_start = tl.load(q_offsets + b).to(tl.int64)
     lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
     m0 = pid_m * BLOCK_M
@@ -112,16 +114,16 @@ def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
 def gdpa_fwd_tma_kernel(Q, K, V, Out, q_offsets, kv_offsets,
                         stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                         stride_om, stride_oh, alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                        tile_offsets, n_seqs, search_steps,
                         H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
                         HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                        WARP_SPEC: tl.constexpr = False):
+                        COMPACT: tl.constexpr = False, WARP_SPEC: tl.constexpr = False):
     """Same math through per-sequence TMA descriptors: the copy engine zero-fills rows past the
     sequence end on loads and drops them on the store, so no load or store carries a mask."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    b, h, pid_m = locate_tile(tile_offsets, n_seqs, search_steps, H, COMPACT)
+    if b >= n_seqs:
+        return
     q_start = tl.load(q_offsets + b).to(tl.int64)
     lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
     m0 = pid_m * BLOCK_M
@@ -182,7 +184,7 @@ INTERPRET_CONFIG = (16, 16, 4, 1)
 def _tuned(kernel):
     return triton.autotune(
         configs=[triton_config(cfg) for cfg in FWD_CONFIGS],
-        key=["max_q_bucket", "max_kv_bucket", "H", "GROUPS", "D", "ACT", "CAUSAL"],
+        key=["max_q_bucket", "max_kv_bucket", "H", "GROUPS", "D", "ACT", "CAUSAL", "COMPACT"],
     )(kernel)
 
 

@@ -20,6 +20,7 @@ import triton
 from kernels.activations import ACTIVATION_NAMES
 from kernels.gdpa import bwd as _bwd
 from kernels.gdpa import fwd as _fwd
+from kernels.gdpa.schedule import TileSchedule
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 # outputs are allocated through this name so tests can poison them (an unwritten element then shows)
@@ -124,18 +125,18 @@ def _gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alp
     B, H, Hkv = q_offsets.numel() - 1, q.shape[1], k.shape[1]
     if B == 0 or q.shape[0] == 0:
         return out
+    sched = TileSchedule(q_offsets, q.shape[0], max_q, H)
     args = (q, k, v, out, q_offsets, kv_offsets, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
             v.stride(0), v.stride(1), out.stride(0), out.stride(1), float(alpha), float(qk_scale),
-            _bucket(max_q), _bucket(max_kv))
-    consts = dict(H=H, GROUPS=H // Hkv, **_common_consts(q, activation, causal))
+            _bucket(max_q), _bucket(max_kv), *sched.args())
+    consts = dict(H=H, GROUPS=H // Hkv, COMPACT=sched.compact, **_common_consts(q, activation, causal))
     if os.environ.get("GDPA_FWD_WS") == "1":
         consts["WARP_SPEC"] = True  # experiment: triton's Hopper warp specialization of the key loop
     if os.environ.get("GDPA_FWD_PIPE") == "1":
         if os.environ.get("GDPA_FWD_IMPL", "ptr") != "ptr":
             raise ValueError("GDPA_FWD_PIPE=1 is a variant of the pointer-load kernel (GDPA_FWD_IMPL=ptr)")
         consts["PIPELINE_S"] = True  # experiment: QKᵀ of the next key tile issued before this activation
-    _launch(*_fwd_impl(), _fwd.INTERPRET_CONFIG, "GDPA_FWD_CONFIG",
-            lambda bm, bn: (triton.cdiv(max(max_q, 1), bm), B * H), args, consts)
+    _launch(*_fwd_impl(), _fwd.INTERPRET_CONFIG, "GDPA_FWD_CONFIG", lambda bm, bn: sched.grid(bm), args, consts)
     return out
 
 
@@ -177,11 +178,13 @@ def bwd_dkdv(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
             from triton.tools.tensor_descriptor import TensorDescriptor
             rows = dq_acc.shape[0]
             acc = TensorDescriptor(dq_acc, [rows, H * q.shape[2]], [dq_acc.stride(0), 1], [16, q.shape[2]])
+        sched = TileSchedule(kv_offsets, k.shape[0], max_kv, Hkv)
         args = (q, k, v, do, dk, dv, acc, q_offsets, kv_offsets, *strides_in, dk.stride(0), dk.stride(1),
-                dv.stride(0), dv.stride(1), *acc_strides, float(alpha), float(qk_scale), *buckets)
+                dv.stride(0), dv.stride(1), *acc_strides, float(alpha), float(qk_scale), *buckets,
+                *sched.args())
         _launch(_bwd.gdpa_bwd_dkdv_kernel_tuned, _bwd.gdpa_bwd_dkdv_kernel, _bwd.INTERPRET_CONFIG,
-                "GDPA_DKDV_CONFIG", lambda bm, bn: (triton.cdiv(max(max_kv, 1), bn), B * Hkv), args,
-                dict(HKV=Hkv, ATOMIC_DQ=mode, **consts),
+                "GDPA_DKDV_CONFIG", lambda bm, bn: sched.grid(bn), args,
+                dict(HKV=Hkv, ATOMIC_DQ=mode, COMPACT=sched.compact, **consts),
                 on_config=lambda m: _bwd.set_dq_block({"DQ_ACC": acc, "BLOCK_M": m, "D": q.shape[2]}))
     return dk, dv
 
@@ -193,11 +196,11 @@ def bwd_dq(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha,
     B, H, Hkv, strides_in, buckets, consts = _bwd_args(q, k, v, do, q_offsets, kv_offsets, max_q,
                                                        max_kv, activation, causal)
     if B > 0 and q.shape[0] > 0:
+        sched = TileSchedule(q_offsets, q.shape[0], max_q, H)
         args = (q, k, v, do, dq, q_offsets, kv_offsets, *strides_in, dq.stride(0), dq.stride(1),
-                float(alpha), float(qk_scale), *buckets)
+                float(alpha), float(qk_scale), *buckets, *sched.args())
         _launch(_bwd.gdpa_bwd_dq_kernel_tuned, _bwd.gdpa_bwd_dq_kernel, _bwd.INTERPRET_CONFIG,
-                "GDPA_DQ_CONFIG", lambda bm, bn: (triton.cdiv(max(max_q, 1), bm), B * H), args,
-                dict(H=H, **consts))
+                "GDPA_DQ_CONFIG", lambda bm, bn: sched.grid(bm), args, dict(H=H, COMPACT=sched.compact, **consts))
     return dq
 
 

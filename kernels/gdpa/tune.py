@@ -53,11 +53,25 @@ def peer_shapes(quick: bool):
     return shapes
 
 
+def production_shapes():
+    """configs/production.yaml's reference for load balance: uniform fill 1.0 against log-normal
+    (MovieLens-20M fit) and HSTU stochastic lengths at the same maximum (self-attention, unsorted)."""
+    return [("uniform/L=2048", 2048, ("uniform_fill", {"fill": 1.0}), None),
+            ("lognormal/L=2048", 2048, ("lognormal", {"preset": "ml-20m"}), None),
+            ("uniform/L=4096", 4096, ("uniform_fill", {"fill": 1.0}), None),
+            ("lognormal/L=4096", 4096, ("lognormal", {"preset": "ml-20m"}), None),
+            ("hstu_sl/L=4096", 4096, ("hstu_sl", {"fill": 0.5, "alpha": 1.7}), None)]
+
+
 def build(name, L, fill, kv, seed=0, batch=PEER_B):
-    ql = uniform_fill(L, fill, batch, seed)
-    kl = np.full(batch, kv)
+    if isinstance(fill, tuple):  # a production length family, self-attention
+        from workloads.pairing import build_lengths
+        ql, kl = build_lengths(fill[0], fill[1], "self", {}, batch_size=batch, max_len=L, seed=seed)
+    else:
+        ql = uniform_fill(L, fill, batch, seed)
+        kl = np.full(batch, kv)
     b = make_batch(ql, kl, H=PEER_H, D=PEER_D, dtype=torch.bfloat16, device="cuda", seed=seed)
-    flops = 4.0 * PEER_H * PEER_D * float((ql * kl).sum())
+    flops = 4.0 * PEER_H * PEER_D * float((np.asarray(ql, np.int64) * np.asarray(kl, np.int64)).sum())
     return b, flops
 
 
@@ -123,6 +137,9 @@ def variants(fwd_configs=None, dkdv_configs=None, dq_configs=None):
         out.append(("dkdv", f"dkdv/{_label(cfg)}", {"GDPA_DKDV_CONFIG": _env(cfg)}))
     for cfg in dq_configs or ():
         out.append(("dq", f"dq/{_label(cfg)}", {"GDPA_DQ_CONFIG": _env(cfg)}))
+    # launch schedules (schedule.py): the whole-grid one against one program per existing tile
+    for kind, sched in itertools.product(("fwd", "bwd"), ("grid", "compact")):
+        out.append((kind, f"sched={sched}", {"GDPA_SCHEDULE": sched}))
     # the split backward as shipped (both kernels autotuned), then the atomic dQ backward per tile config
     out.append(("bwd", "split/autotuned", {"GDPA_BWD_IMPL": "split"}))
     for impl, cfg in itertools.product(("atomic", "atomic_tma"), _bwd.ATOMIC_DKDV_CONFIGS):
@@ -131,7 +148,7 @@ def variants(fwd_configs=None, dkdv_configs=None, dq_configs=None):
     return out
 
 
-VARIANT_ENV = ("GDPA_FWD_IMPL", "GDPA_FWD_WS", "GDPA_FWD_PIPE", "GDPA_FWD_CONFIG", "GDPA_BWD_IMPL", "GDPA_DKDV_CONFIG",
+VARIANT_ENV = ("GDPA_SCHEDULE", "GDPA_FWD_IMPL", "GDPA_FWD_WS", "GDPA_FWD_PIPE", "GDPA_FWD_CONFIG", "GDPA_BWD_IMPL", "GDPA_DKDV_CONFIG",
                "GDPA_DQ_CONFIG")
 
 
@@ -150,7 +167,7 @@ def _resources(kind: str) -> str:
 
 
 def run(out_dir: str, quick: bool, act: str, only: str | None = None, select: str | None = None,
-        fwd_configs=None, dkdv_configs=None, dq_configs=None) -> None:
+        fwd_configs=None, dkdv_configs=None, dq_configs=None, production: bool = False) -> None:
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     path = os.path.join(out_dir, "tune.csv")
@@ -164,7 +181,7 @@ def run(out_dir: str, quick: bool, act: str, only: str | None = None, select: st
         w.writerow(row)
         f.flush()
 
-    shapes = peer_shapes(quick)
+    shapes = production_shapes() if production else peer_shapes(quick)
     batches = {s[0]: build(*s) for s in shapes}
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     bm = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -292,6 +309,8 @@ def main(argv=None) -> int:
                    help="forward tile configs to sweep instead of fwd.FWD_CONFIGS (a 5th value caps registers)")
     p.add_argument("--dkdv-configs", metavar="M,N,W,S[,R];...", type=parse_configs, help="pinned dK/dV configs")
     p.add_argument("--dq-configs", metavar="M,N,W,S[,R];...", type=parse_configs, help="pinned dQ configs")
+    p.add_argument("--production", action="store_true",
+                   help="time on configs/production.yaml's uniform / log-normal / hstu_sl shapes instead")
     p.add_argument("--activation", default="fast_gelu")
     p.add_argument("--profile-once", choices=("fwd", "dkdv", "dq"))
     p.add_argument("--check-all", action="store_true", help="correctness of every activation, then exit")
@@ -304,7 +323,8 @@ def main(argv=None) -> int:
     if a.profile_once:
         profile_once(a.profile_once, a.activation)
     else:
-        run(a.out, a.quick, a.activation, a.only, a.select, a.fwd_configs, a.dkdv_configs, a.dq_configs)
+        run(a.out, a.quick, a.activation, a.only, a.select, a.fwd_configs, a.dkdv_configs, a.dq_configs,
+            a.production)
     return 0
 
 
