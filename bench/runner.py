@@ -215,7 +215,7 @@ class Runner:
             "median_ms": None, "p20_ms": None, "p80_ms": None, "tflops": None, "util_peak": None,
             "util_measured": None, "power": None, "gpu_index": (self.device.index or 0) if self.device.type == "cuda" else None,
             "gpu_name": self.writer.data["meta"].get("gpu"), "tc_util_ncu": None, "ncu_sm_clock_mhz": None,
-            "wall_s": None,
+            "kernel_config": None, "wall_s": None,
         }
 
     def _time(self, fn) -> Samples:
@@ -258,6 +258,7 @@ class Runner:
             fn = provider.build(batch, spec, case.mode)
             fn()  # compile / autotune / allocate outside the timed region
             sync_for(self.device)()
+            rec["kernel_config"] = provider.kernel_configs()
             if self.m.power.energy_loop_first:
                 self._energy(case, rec, fn, flops)
             samples = self._time(fn)

@@ -66,6 +66,11 @@ class Provider:
         """Output `[ΣLq, H, D]`, differentiable with respect to batch.q, batch.k, batch.v."""
         raise NotImplementedError
 
+    def kernel_configs(self) -> dict[str, str] | None:
+        """What this provider chose for the case just built and run once (e.g. autotuned tile
+        configs), recorded per case as `kernel_config`; None when it has nothing to say."""
+        return None
+
     def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str) -> Callable[[], Any]:
         """A zero-argument callable that does exactly the work timed for `mode`.
 

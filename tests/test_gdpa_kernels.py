@@ -72,6 +72,7 @@ def test_software_pipelined_forward_matches_reference(poisoned, monkeypatch, act
 
 
 SKEWED = [3, 0, 1, 200, 2, 0, 3, 1, 2, 3, 1, 2]  # one long history among short ones, and empties
+SKEWED_SMALL = [3, 0, 1, 70, 2, 0, 3, 1, 2, 3, 1, 2]  # same shape, cheaper in the interpreter
 
 
 @pytest.mark.parametrize("schedule", ["grid", "compact"])
@@ -80,7 +81,7 @@ def test_compact_tile_schedule_matches_reference(poisoned, monkeypatch, schedule
     """Both launch schedules (kernels/gdpa/schedule.py) in forward, dK/dV and dQ, on the small jagged
     batch and on a skewed one whose compact grid has spare programs; every output element checked."""
     monkeypatch.setenv("GDPA_SCHEDULE", schedule)
-    for q_len, kv_len in ((Q_LEN, Q_LEN if causal else KV_LEN), (SKEWED, SKEWED)):
+    for q_len, kv_len in ((Q_LEN, Q_LEN if causal else KV_LEN), (SKEWED_SMALL, SKEWED_SMALL)):
         errs, seed = run_and_compare(q_len, kv_len, act="fast_gelu", causal=causal)
         assert max(errs) < 1e-4, (schedule, q_len, errs, seed)
 
@@ -88,14 +89,14 @@ def test_compact_tile_schedule_matches_reference(poisoned, monkeypatch, schedule
 def test_schedule_choice_follows_the_length_skew(monkeypatch):
     from kernels.gdpa.schedule import TileSchedule
     offsets = lambda lengths: torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+    assert not TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4).compact  # default: grid
+    monkeypatch.setenv("GDPA_SCHEDULE", "auto")
     skewed = TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4)
     uniform = TileSchedule(offsets([200] * 12), 2400, 200, heads=4)
     assert skewed.compact and not uniform.compact
     assert skewed.grid(16) == ((sum(SKEWED) // 16 + len(SKEWED)) * 4,)
     assert skewed.tile_offsets.tolist() == [0, 1, 1, 2, 15, 16, 16, 17, 18, 19, 20, 21, 22]
     assert uniform.grid(16) == (13, 48)
-    monkeypatch.setenv("GDPA_SCHEDULE", "grid")
-    assert not TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4).compact
     monkeypatch.setenv("GDPA_SCHEDULE", "persistent")
     with pytest.raises(ValueError, match="GDPA_SCHEDULE"):
         TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4)
@@ -295,3 +296,17 @@ def test_pinned_config_accepts_a_register_cap_and_names_the_variable(monkeypatch
     monkeypatch.setenv("GDPA_FWD_CONFIG", "128,32,8")
     with pytest.raises(ValueError, match="GDPA_FWD_CONFIG"):
         _pinned("GDPA_FWD_CONFIG")
+
+
+@pytest.mark.parametrize("mode,kernels", [("fwd", {"GDPA_FWD_CONFIG"}),
+                                          ("bwd", {"GDPA_FWD_CONFIG", "GDPA_DKDV_CONFIG", "GDPA_DQ_CONFIG"})])
+def test_provider_reports_the_configs_its_kernels_ran_with(mode, kernels):
+    """The harness stores these per case (`kernel_config`): two runs that autotune differently show it."""
+    from kernels.registry import get_provider
+    provider = get_provider("gdpa_triton")
+    b = make_batch([5, 0, 17], [7, 3, 20], H=2, D=16, dtype=torch.float32, seed=0)
+    provider.build(b, CaseSpec(activation="silu"), "fwd")()
+    fn = provider.build(b, CaseSpec(activation="silu"), mode)  # a new case forgets the previous launches
+    fn()
+    got = provider.kernel_configs()
+    assert set(got) == kernels and all(v.startswith("interpreter: (16, 16, 4, 1)") for v in got.values())

@@ -211,6 +211,9 @@ def test_smoke_config_pipeline_subset(tmp_path):
     data = results(out)
     assert {c["provider"] for c in data["cases"]} == {"gdpa_triton", "naive_eager", "reference"}
     assert all(c["status"] == "ok" for c in data["cases"]), [c["error"] for c in data["cases"]]
+    configs = {c["mode"]: c["kernel_config"] for c in data["cases"] if c["provider"] == "gdpa_triton"}
+    assert set(configs["bwd"]) == {"GDPA_FWD_CONFIG", "GDPA_DKDV_CONFIG", "GDPA_DQ_CONFIG"}
+    assert all(c["kernel_config"] is None for c in data["cases"] if c["provider"] != "gdpa_triton")
 
 
 class _OrderMonitor:

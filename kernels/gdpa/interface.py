@@ -46,6 +46,9 @@ def _pinned(env: str):
 
 
 PINNED_KERNELS: dict = {}
+# the config each kernel last launched with, by its pinning variable (the harness records it per case:
+# autotuning runs in every process, and near-tied configs can win differently in two runs)
+LAUNCHED: dict[str, str] = {}
 
 
 def _launch(tuned, plain, interpret_cfg, env, grid_of, args, consts, on_config=None):
@@ -54,8 +57,12 @@ def _launch(tuned, plain, interpret_cfg, env, grid_of, args, consts, on_config=N
     `on_config(BLOCK_M)` prepares arguments that depend on the fixed config (the autotuned path does
     that in the configs' pre-hooks)."""
     cfg = interpret_cfg if args[0].device.type == "cpu" else _pinned(env)
+    schedule = " schedule=compact" if consts.get("COMPACT") else ""
     if cfg is None:
-        return tuned[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **consts)
+        kernel = tuned[lambda meta: grid_of(meta["BLOCK_M"], meta["BLOCK_N"])](*args, **consts)
+        LAUNCHED[env] = f"autotuned: {tuned.best_config}{schedule}"
+        return kernel
+    LAUNCHED[env] = f"{'interpreter' if args[0].device.type == 'cpu' else 'pinned'}: {cfg}{schedule}"
     m, n, w, s = cfg[:4]
     if on_config is not None:
         on_config(m)

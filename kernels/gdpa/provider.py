@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.gdpa.interface import SUPPORTED_HEAD_DIMS, gdpa
+from kernels.gdpa.interface import LAUNCHED, SUPPORTED_HEAD_DIMS, gdpa
 from kernels.registry import CaseSpec, Provider, register
 from workloads.batch import JaggedBatch
 
@@ -30,6 +30,13 @@ class GDPATritonProvider(Provider):
         if batch.device.type == "cpu" and batch.dtype == torch.bfloat16:
             return "bf16 tl.dot is wrong in triton 3.6's interpreter; use fp16/fp32 on CPU"
         return None
+
+    def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str):
+        LAUNCHED.clear()  # so kernel_configs() reports only this case's launches
+        return super().build(batch, spec, mode)
+
+    def kernel_configs(self) -> dict[str, str] | None:
+        return dict(LAUNCHED) or None
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
         # offsets were validated when the batch was built; skip the host sync in the timed call

@@ -11,8 +11,9 @@ program finds its sequence by binary search over those counts. The grid is sized
 host knows without reading lengths back (Σ rows / tile + sequences), so only up to one program per
 sequence·head is spare.
 
-GDPA_SCHEDULE=grid|compact forces one; the default picks compact when the grid would hold more than
-twice the programs the bound allows.
+GDPA_SCHEDULE=grid (the default) | compact | auto (compact when the grid would hold more than twice
+the programs the bound allows). The default stays `grid` until compact is timed on a GPU: it is checked
+against the reference on the CPU interpreter only (kernels/gdpa/PERF.md, v3, queued).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-SCHEDULES = ("auto", "grid", "compact")
+SCHEDULES = ("grid", "compact", "auto")
+DEFAULT_SCHEDULE = "grid"
 
 
 @triton.jit
@@ -49,7 +51,7 @@ def locate_tile(tile_offsets, n_seqs, search_steps, HEADS: tl.constexpr, COMPACT
 
 
 def _choice() -> str:
-    name = os.environ.get("GDPA_SCHEDULE", "auto")
+    name = os.environ.get("GDPA_SCHEDULE", DEFAULT_SCHEDULE)
     if name not in SCHEDULES:
         raise ValueError(f"GDPA_SCHEDULE={name!r}; allowed: {', '.join(SCHEDULES)}")
     return name
