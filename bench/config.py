@@ -53,8 +53,9 @@ class Power(_Strict):
     period_ms: float = Field(10.0, gt=0)
     energy_loop_s: float = Field(1.0, ge=0)
     # run the energy loop before the timed samples instead of after: the samples then start with the GPU
-    # in its power-capped steady state, so a short rep budget measures the same state on every GPU and
-    # every run, not whatever the previous case left (docs/multi-gpu.md measured the difference)
+    # in its power-capped steady state rather than in whatever state the previous case left. Alone it
+    # did not make short windows reproducible (docs/multi-gpu.md: with it, 60 ms windows of two runs
+    # still differed by up to 9.5%); the sample window length did (timing.rep_ms)
     energy_loop_first: bool = False
     # case ids matching this regex are timed twice, with and without the sampling thread, to measure
     # what monitoring costs

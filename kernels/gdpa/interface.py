@@ -132,6 +132,11 @@ def _gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alp
     B, H, Hkv = q_offsets.numel() - 1, q.shape[1], k.shape[1]
     if B == 0 or q.shape[0] == 0:
         return out
+    pinned = _pinned("GDPA_FWD_CONFIG") if q.is_cuda else None
+    if causal and pinned and pinned[0] % pinned[1]:
+        # the causal forward runs whole key tiles unmasked up to its first query row
+        raise ValueError(f"GDPA_FWD_CONFIG={','.join(map(str, pinned))}: a causal forward needs BLOCK_M "
+                         f"to be a multiple of BLOCK_N")
     sched = TileSchedule(q_offsets, q.shape[0], max_q, H)
     args = (q, k, v, out, q_offsets, kv_offsets, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
             v.stride(0), v.stride(1), out.stride(0), out.stride(1), float(alpha), float(qk_scale),
