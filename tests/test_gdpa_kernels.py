@@ -316,7 +316,16 @@ def test_provider_reports_the_configs_its_kernels_ran_with(mode, kernels):
     fn = provider.build(b, CaseSpec(activation="silu"), mode)  # a new case forgets the previous launches
     fn()
     got = provider.kernel_configs()
-    assert set(got) == kernels and all(v.startswith("interpreter: (16, 16, 4, 1)") for v in got.values())
+    assert set(got) == kernels and all(v == "interpreter: (16, 16, 4, 1)" for v in got.values())
+
+
+def test_kernel_config_names_an_experiment_variant(monkeypatch):
+    from kernels.registry import get_provider
+    monkeypatch.setenv("GDPA_FWD_PIPE", "1")
+    provider = get_provider("gdpa_triton")
+    b = make_batch([5, 17], [7, 20], H=2, D=16, dtype=torch.float32, seed=0)
+    provider.build(b, CaseSpec(activation="silu"), "fwd")()
+    assert provider.kernel_configs() == {"GDPA_FWD_CONFIG": "interpreter: (16, 16, 4, 1) PIPELINE_S"}
 
 
 def test_shipped_forward_tiles_allow_the_causal_mask_split():

@@ -149,6 +149,10 @@ def _gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alp
             raise ValueError("GDPA_FWD_PIPE=1 is a variant of the pointer-load kernel (GDPA_FWD_IMPL=ptr)")
         consts["PIPELINE_S"] = True  # experiment: QKᵀ of the next key tile issued before this activation
     _launch(*_fwd_impl(), _fwd.INTERPRET_CONFIG, "GDPA_FWD_CONFIG", lambda bm, bn: sched.grid(bm), args, consts)
+    variant = [f"impl={os.environ['GDPA_FWD_IMPL']}"] if os.environ.get("GDPA_FWD_IMPL", "ptr") != "ptr" else []
+    variant += [name for name in ("WARP_SPEC", "PIPELINE_S") if consts.get(name)]
+    if variant:  # an experiment variant ran, not the shipped kernel: say so in the per-case record
+        LAUNCHED["GDPA_FWD_CONFIG"] += " " + " ".join(variant)
     return out
 
 
