@@ -258,6 +258,26 @@ def test_gpu_bf16_every_backward_impl(poisoned, one_config, monkeypatch, act, im
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["compact", "auto"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_bf16_compact_schedule_on_a_skewed_batch(poisoned, monkeypatch, schedule, causal):
+    """The compact grid at the shipped, autotuned tiles: each config's pre-hook rebuilds the per-sequence
+    tile counts for its BLOCK_M (the CPU interpreter only runs fixed configs), on a production-like skew
+    where `auto` must pick compact."""
+    monkeypatch.setenv("GDPA_SCHEDULE", schedule)
+    rng = np.random.default_rng(int(torch.randint(1000, ())))
+    ql = np.minimum(rng.lognormal(4.0, 1.2, 240).astype(np.int64), 1200)
+    ql[:4] = [0, 1, 1200, 129]
+    kl = ql if causal else np.maximum(ql[::-1] - 3, 0)
+    gi.LAUNCHED.clear()
+    errs, seed = run_and_compare(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act="fast_gelu",
+                                 causal=causal, device="cuda")
+    assert max(errs) < 2e-2, (schedule, causal, seed, errs)
+    launched = {k: v for k, v in gi.LAUNCHED.items() if k.endswith("_CONFIG")}
+    assert launched and all("schedule=compact" in v for v in launched.values()), launched
+
+
+@pytest.mark.gpu
 def test_gpu_int64_addressing_beyond_2_pow_31_elements():
     """q holds more than 2^31 elements: row offsets must not wrap in int32."""
     H, D = 8, 128
