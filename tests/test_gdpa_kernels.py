@@ -351,3 +351,14 @@ def test_kernel_config_names_an_experiment_variant(monkeypatch):
 def test_shipped_forward_tiles_allow_the_causal_mask_split():
     from kernels.gdpa.fwd import FWD_CONFIGS
     assert all(m % n == 0 for m, n, *_ in FWD_CONFIGS)  # the causal forward's unmasked key tiles end at m0
+
+
+def test_autotune_key_tells_a_half_filled_batch_from_a_full_one():
+    """Keyed on max length alone, the first batch of a max length chose the tiles for every later one
+    (two shards running cases in different orders then timed different configs: 6% apart)."""
+    from kernels.gdpa import bwd, fwd
+    full, half = make_batch([512] * 8, [512] * 8, H=2, D=16), make_batch([256] * 8, [512] * 8, H=2, D=16)
+    assert gi._buckets(full.q, full.k, 512, 512) != gi._buckets(half.q, half.k, 512, 512)
+    for tuned in (fwd.gdpa_fwd_kernel_tuned, fwd.gdpa_fwd_tma_kernel_tuned, bwd.gdpa_bwd_dkdv_kernel_tuned,
+                  bwd.gdpa_bwd_dq_kernel_tuned):
+        assert {"max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket"} <= set(tuned.keys)

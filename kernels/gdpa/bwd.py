@@ -27,6 +27,7 @@ def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, q_offsets, kv_offsets,
                          stride_dom, stride_doh, stride_dkm, stride_dkh, stride_dvm, stride_dvh,
                          stride_dqm, stride_dqh,
                          alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                         rows_q_bucket, rows_kv_bucket,
                          tile_offsets, n_seqs, search_steps,
                          HKV: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
@@ -96,6 +97,7 @@ def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
                        stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                        stride_dom, stride_doh, stride_dqm, stride_dqh,
                        alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                       rows_q_bucket, rows_kv_bucket,
                        tile_offsets, n_seqs, search_steps,
                        H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
@@ -184,7 +186,8 @@ def _zero_dq_acc(nargs, reset_only=False):
 def _tuned(kernel, configs, key, **kw):
     return triton.autotune(
         configs=[triton_config(cfg, pre_hook=kw.get("config_hook")) for cfg in configs],
-        key=["max_q_bucket", "max_kv_bucket", "GROUPS", "D", "ACT", "CAUSAL", "COMPACT", *key],
+        key=["max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket", "GROUPS", "D", "ACT", "CAUSAL",
+             "COMPACT", *key],
         pre_hook=kw.get("pre_hook"),
     )(kernel)
 

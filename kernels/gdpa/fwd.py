@@ -61,6 +61,7 @@ def _fwd_unmasked_pipelined(acc, q, k_ptrs, v_ptrs, full_end, stride_km, stride_
 def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
                     stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                     stride_om, stride_oh, alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                    rows_q_bucket, rows_kv_bucket,
                     tile_offsets, n_seqs, search_steps,
                     H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
@@ -114,6 +115,7 @@ def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
 def gdpa_fwd_tma_kernel(Q, K, V, Out, q_offsets, kv_offsets,
                         stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                         stride_om, stride_oh, alpha, qk_scale, max_q_bucket, max_kv_bucket,
+                        rows_q_bucket, rows_kv_bucket,
                         tile_offsets, n_seqs, search_steps,
                         H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
@@ -167,7 +169,8 @@ def gdpa_fwd_tma_kernel(Q, K, V, Out, q_offsets, kv_offsets,
     o_desc.store([m0, 0], (acc * qk_scale).to(Out.dtype.element_ty))
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py). Autotuned per bucketed max length.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py). Autotuned per bucket of max lengths and
+# total rows (interface._buckets).
 # The 2026-11-30 occupancy sweep (PERF.md v3, docs/tuning/2026-11-30-h200-occupancy.csv): two CTAs per
 # SM (registers capped at 128, ≤ 96 KB shared) win short keys by 20–26% and tie at L = 2048, where
 # the uncapped one-CTA 128/64/8/3 stays within 1%.
@@ -184,7 +187,8 @@ INTERPRET_CONFIG = (16, 16, 4, 1)
 def _tuned(kernel):
     return triton.autotune(
         configs=[triton_config(cfg) for cfg in FWD_CONFIGS],
-        key=["max_q_bucket", "max_kv_bucket", "H", "GROUPS", "D", "ACT", "CAUSAL", "COMPACT"],
+        key=["max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket", "H", "GROUPS", "D", "ACT",
+             "CAUSAL", "COMPACT"],
     )(kernel)
 
 

@@ -4,9 +4,10 @@
                activation="fast_gelu", alpha=1.0, qk_scale=1.0, causal=False)
 
 q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]` (H % Hkv == 0), int32 offsets `[B+1]`, out like q. Differentiable
-in q, k and v. Tile configs are autotuned per bucketed max length on first use; the environment
-variables GDPA_FWD_CONFIG / GDPA_DKDV_CONFIG / GDPA_DQ_CONFIG ("BLOCK_M,BLOCK_N,num_warps,num_stages"
-and optionally ",maxnreg", a per-thread register cap, 0 = none) pin a config instead (used to reproduce a tuning decision, or to slow the kernel on purpose when
+in q, k and v. Tile configs are autotuned on first use per power-of-two bucket of the max lengths and
+total rows; the environment variables GDPA_FWD_CONFIG / GDPA_DKDV_CONFIG / GDPA_DQ_CONFIG
+("BLOCK_M,BLOCK_N,num_warps,num_stages" and optionally ",maxnreg", a per-thread register cap, 0 = none)
+pin a config instead (used to reproduce a tuning decision, or to slow the kernel on purpose when
 testing the regression gate).
 """
 from __future__ import annotations
@@ -30,6 +31,14 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def _bucket(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 16))
+
+
+def _buckets(q, k, max_q, max_kv) -> tuple[int, int, int, int]:
+    """The autotuning key's shape part: max lengths and total rows, each rounded up to a power of two.
+    Total rows tell a half-filled batch from a full one of the same max length: their best tiles differ
+    (set1 L=512 fill 0.5 vs 1.0: tied vs 6% apart), and keyed on max length alone the first batch seen
+    chose for both — so a case's config depended on which case ran before it in the process."""
+    return _bucket(max_q), _bucket(max_kv), _bucket(q.shape[0]), _bucket(k.shape[0])
 
 
 def _pinned(env: str):
@@ -140,7 +149,7 @@ def _gdpa_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alp
     sched = TileSchedule(q_offsets, q.shape[0], max_q, H)
     args = (q, k, v, out, q_offsets, kv_offsets, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
             v.stride(0), v.stride(1), out.stride(0), out.stride(1), float(alpha), float(qk_scale),
-            _bucket(max_q), _bucket(max_kv), *sched.args())
+            *_buckets(q, k, max_q, max_kv), *sched.args())
     consts = dict(H=H, GROUPS=H // Hkv, COMPACT=sched.compact, **_common_consts(q, activation, causal))
     if os.environ.get("GDPA_FWD_WS") == "1":
         consts["WARP_SPEC"] = True  # experiment: triton's Hopper warp specialization of the key loop
@@ -161,7 +170,7 @@ def _bwd_args(q, k, v, do, q_offsets, kv_offsets, max_q, max_kv, activation, cau
     strides_in = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                   do.stride(0), do.stride(1))
     consts = dict(GROUPS=H // Hkv, **_common_consts(q, activation, causal))
-    return B, H, Hkv, strides_in, (_bucket(max_q), _bucket(max_kv)), consts
+    return B, H, Hkv, strides_in, _buckets(q, k, max_q, max_kv), consts
 
 
 BWD_IMPLS = {"split": 0, "atomic": 1, "atomic_tma": 2}
