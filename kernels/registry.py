@@ -3,6 +3,11 @@
 A provider is one class in one module. It says its name and semantics (`gdpa` or `softmax`), whether it
 can run here (and why not), whether it supports a given case (and why not), and builds zero-argument
 callables for `fwd`, `bwd` and `fwd_bwd` so that every piece of setup happens outside the timed region.
+
+Options: a provider may take named options (a config's provider entry
+`{name: gdpa_triton, label: pinned, options: {fwd_tiles: [64, 32, 4, 1]}}`). They are parsed once, when
+the provider is instantiated (`get_provider(name, options)`), so a bad option is an error at config
+load, never mid-sweep; `options_record()` is what the runner stores per case as `provider_options`.
 """
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import importlib
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
@@ -54,6 +59,21 @@ class Provider:
     # cache). The multi-GPU sharder keeps such a provider's cases on one worker, so one process pays it.
     process_setup_s: ClassVar[float] = 0.0
 
+    def __init__(self, options: Mapping[str, Any] | None = None):
+        self.options = self.parse_options(dict(options or {}))
+
+    def parse_options(self, options: dict) -> Any:
+        """Validate `options` and return their parsed form (kept as `self.options`). Raise ValueError
+        with one line naming the option and what is allowed. The default takes no options."""
+        if options:
+            raise ValueError(f"{self.name}: takes no options, got {', '.join(map(repr, options))}")
+        return None
+
+    def options_record(self) -> dict | None:
+        """JSON-able form of the options in force (recorded per case as `provider_options`); None when
+        the provider has none."""
+        return None
+
     def availability(self, device: torch.device) -> str | None:
         """None when this provider can run on `device`; otherwise the reason it cannot."""
         return None
@@ -66,9 +86,9 @@ class Provider:
         """Output `[ΣLq, H, D]`, differentiable with respect to batch.q, batch.k, batch.v."""
         raise NotImplementedError
 
-    def kernel_configs(self) -> dict[str, str] | None:
-        """What this provider chose for the case just built and run once (e.g. autotuned tile
-        configs), recorded per case as `kernel_config`; None when it has nothing to say."""
+    def kernel_configs(self) -> dict | None:
+        """What this provider ran for the case just built and run once (e.g. autotuned tile configs),
+        recorded per case as `kernel_config` (JSON-able); None when it has nothing to say."""
         return None
 
     def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str) -> Callable[[], Any]:
@@ -127,8 +147,10 @@ def provider_names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_provider(name: str) -> Provider:
+def get_provider(name: str, options: Mapping[str, Any] | None = None) -> Provider:
+    """A new instance of provider `name` with `options` parsed; ValueError from parse_options
+    propagates unchanged (one line, for the config loader to report)."""
     _load_all()
     if name not in _REGISTRY:
         raise KeyError(f"unknown provider {name!r}; known: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]()
+    return _REGISTRY[name](options)
