@@ -417,3 +417,85 @@ def test_plot_length_histogram_writes_png(tmp_path):
     empty = tmp_path / "empty.png"
     plot_length_histogram([], [], empty)
     assert empty.read_bytes()[:8] == PNG_SIGNATURE
+
+
+# ---------------------------------------------------------------- check_workload: everything a config can hold
+
+def test_check_workload_builds_the_same_lengths_as_build_lengths():
+    args = dict(batch_size=64, max_len=128, seed=3, sort=True)
+    q, k = workloads.check_workload("zipf", {"gamma": 2.0}, "target_history", {"max_targets": 8}, **args)
+    q2, k2 = build_lengths("zipf", {"gamma": 2.0}, "target_history", {"max_targets": 8}, **args)
+    assert np.array_equal(q, q2) and np.array_equal(k, k2)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"seed": -1}, "seed=-1; allowed: an integer >= 0"),
+    ({"seed": True}, "seed=True"),
+    ({"seed": 1.5}, "seed=1.5"),
+    ({"max_len": True}, "max_len=True"),  # bool is an int in Python: not a length here
+    ({"max_len": 2**40}, "max_len=1099511627776; allowed: an integer in [1, 2147483647]"),
+    ({"batch_size": False}, "batch_size=False"),
+    ({"sort": "yes"}, "sort_by_length='yes'; allowed: true or false"),
+])
+def test_check_workload_sizes_seed_and_bools(kwargs, needle):
+    args = {"batch_size": 4, "max_len": 16, "seed": 0, **kwargs}
+    with pytest.raises(ValueError) as e:
+        workloads.check_workload("uniform_fill", {"fill": 0.5}, "self", {}, **args)
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("family,params,rule,rparams,needle", [
+    ("uniform_fill", {"fill": True}, "self", {}, "fill=True"),
+    ("zipf", {"gamma": 2.0, "min_len": True}, "self", {}, "min_len=True"),
+    ("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": True}, "kv_len=True"),
+    ("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": 10**30}, "and <= 2147483647"),
+    ("uniform_fill", {"fill": 0.5}, "seeds", {"num_seeds": 1e308}, "num_seeds=1e+308"),
+    ("uniform_fill", [0.5], "self", {}, "lengths=[0.5]; allowed: a mapping"),
+    ("uniform_fill", {"fill": 0.5}, "self", "x", "kv='x'; allowed: a mapping"),
+])
+def test_check_workload_rejects_bools_and_out_of_range_params(family, params, rule, rparams, needle):
+    with pytest.raises(ValueError) as e:
+        workloads.check_workload(family, params, rule, rparams, batch_size=4, max_len=16)
+    assert needle in str(e.value)
+
+
+_JUNK = [None, True, False, -1, 0, 0.5, 3, 1e308, math.nan, math.inf, -math.inf, "x", "", [], {}, [1], 10**30,
+         "ml-20m", "uniform_fill", "empirical"]
+_VALID = {"uniform_fill": {"fill": 0.5}, "hstu_sl": {"fill": 0.5, "alpha": 1.8}, "lognormal": {"preset": "ml-20m"},
+          "zipf": {"gamma": 2.0}, "spike": {"p": 0.1, "base": "uniform_fill", "fill": 0.5},
+          "empirical": {"path": "lengths.txt"}}
+
+
+def test_any_junk_parameter_is_a_one_line_value_error(tmp_path, monkeypatch):
+    """Every family, pairing and size argument given each junk value: the workload either builds or
+    raises a one-line ValueError, never another exception (a config loader only catches ValueError)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lengths.txt").write_text("3 5 7\n")
+    assert set(_VALID) == set(FAMILIES)
+    tried = rejected = 0
+
+    def attempt(*args, **kw):
+        nonlocal tried, rejected
+        tried += 1
+        try:
+            workloads.check_workload(*args, **{"batch_size": 5, "max_len": 8, **kw})
+        except ValueError as e:
+            rejected += 1
+            assert "\n" not in str(e) and str(e), (args, kw, str(e))
+
+    for family, valid in _VALID.items():
+        names = list(family_params(family)) + (["fill"] if family == "spike" else [])
+        for name in names:
+            for junk in _JUNK:
+                for max_len in (8, 1):
+                    attempt(family, {**valid, name: junk}, "self", {}, max_len=max_len)
+    for rule in PAIRINGS:
+        for name in [*workloads.pairing_params(rule), "zz"]:
+            for junk in _JUNK:
+                attempt("uniform_fill", {"fill": 0.5}, rule, {name: junk})
+    for junk in _JUNK:
+        for kw in ({"batch_size": junk}, {"max_len": junk}, {"seed": junk}, {"sort": junk}):
+            attempt("uniform_fill", {"fill": 0.5}, "self", {}, **kw)
+        attempt(junk, {}, "self", {})
+        attempt("uniform_fill", {"fill": 0.5}, junk, {})
+    assert tried > 700 and rejected > tried // 2

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workloads import load_lengths, sample_lengths
+from workloads import LengthsFileError, check_workload, load_lengths, resolve_family_params, sample_lengths
 
 
 def _draw(path, n=1000, **params):
@@ -85,15 +85,38 @@ def test_cache_follows_file_changes(tmp_path):
     ("t5.csv", "user,len\n1,\n2,4\n", {"column": "len"}, ["non-integer value nan", "missing"]),
     ("t6.csv", "user,len\n", {"column": "len"}, ["column 'len' is empty"]),
     ("bad.parquet", "not parquet at all", {"column": "x"}, ["not a readable Parquet file"]),
+    ("adir", "<dir>", {}, ["adir: is a directory", "allowed: a text file of integers"]),
+    ("words.txt", "3\n4\n\nfive 6\n", {}, ["line 4: non-integer value 'five'"]),
+    ("neg2.txt", "# c\n3\n7 -4\n", {}, ["line 3: negative length -4", "allowed: integers in [0, "]),
+    ("big.txt", "3\n12345678901234567890123\n", {}, ["line 2: value '12345678901234567890123' is out of range "
+                                                      "(23 digits)", "allowed: integers in [0, 9223372036854775807]"]),
+    ("bignum.csv", "len\n2\n12345678901234567890123\n", {"column": "len"},
+     ["column 'len', data row 2: value 12345678901234567890123 is out of range"]),
+    ("huge.csv", "len\n2\n1e30\n", {"column": "len"}, ["data row 2: value 1e+30 is out of range"]),
+    ("negcol.csv", "len\n2\n3\n-1\n", {"column": "len"}, ["column 'len', data row 3: negative length -1"]),
+    ("mixed.csv", "len\n2\nabc\n", {"column": "len"}, ["data row 2: non-integer value 'abc'"]),
+    ("zeros2.txt", "0 0", {}, ["no positive lengths", "allowed: at least one length > 0"]),
+    ("log.csv", "user,item\n1,3\n", {"user_column": "userId"}, ["no column 'userId'", "allowed: user, item"]),
+    ("nouser.csv", "user,item\n,3\n,4\n", {"user_column": "user"}, ["column 'user' has no user ids"]),
+    ("binary.csv", b"len\n\xff\xfe\x00\x01\n", {"column": "len"}, ["binary.csv"]),
+    ("quote.csv", 'len\n2\n"3\n4\n', {"column": "len"}, ["not a readable CSV table (ParserError: ",
+                                                          "EOF inside string"]),
 ])
 def test_empirical_errors(tmp_path, name, content, params, needles):
     f = tmp_path / name
-    if content is not None:
+    if content == "<dir>":
+        f.mkdir()
+    elif isinstance(content, bytes):
+        f.write_bytes(content)
+    elif content is not None:
         f.write_text(content)
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(LengthsFileError) as e:
         _draw(f, **params)
+    msg = str(e.value)
+    assert isinstance(e.value, ValueError) and e.value.path == str(f)
+    assert "\n" not in msg and msg.startswith(f"{f}: "), msg  # one line, naming the file first
     for needle in needles:
-        assert needle in str(e.value), (needle, str(e.value))
+        assert needle in msg, (needle, msg)
 
 
 def test_parquet_missing_column_and_ambiguous_table(tmp_path):
@@ -103,3 +126,63 @@ def test_parquet_missing_column_and_ambiguous_table(tmp_path):
         _draw(pq, column="c")
     with pytest.raises(ValueError, match=r"has 2 columns, give column="):
         _draw(pq)
+
+
+def test_parquet_cells_that_are_not_lengths_or_ids(tmp_path):
+    pq = tmp_path / "odd.parquet"
+    pd.DataFrame({"flag": [True, False], "nested": [[1, 2], [3]], "n": [4, 5]}).to_parquet(pq)
+    with pytest.raises(LengthsFileError, match=r"column 'flag', data row 1: booleans are not lengths"):
+        load_lengths(pq, column="flag")
+    with pytest.raises(LengthsFileError, match=r"column 'nested', data row 1: non-integer value array"):
+        load_lengths(pq, column="nested")
+    with pytest.raises(LengthsFileError, match=r"column 'nested' holds values that are not ids"):
+        load_lengths(pq, user_column="nested")
+    assert load_lengths(pq, column="n").tolist() == [4, 5]
+
+
+def test_bad_arguments_name_the_file(tmp_path):
+    f = tmp_path / "l.txt"
+    f.write_text("1 2")
+    with pytest.raises(LengthsFileError, match="not both"):
+        load_lengths(f, column="a", user_column="b")
+    with pytest.raises(LengthsFileError, match=r"bad value column=3; allowed: a column name"):
+        load_lengths(f, column=3)
+    with pytest.raises(ValueError, match=r"bad empirical path 5; allowed: a file path"):
+        load_lengths(5)
+
+
+def test_relative_path_resolves_against_base_dir(tmp_path, monkeypatch):
+    cfg_dir = tmp_path / "configs"
+    cfg_dir.mkdir()
+    (cfg_dir / "lengths.txt").write_text("5 9\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_lengths("lengths.txt", base_dir=cfg_dir).tolist() == [5, 9]
+    with pytest.raises(LengthsFileError, match="elsewhere/lengths.txt: empirical lengths file not found"):
+        load_lengths("lengths.txt")  # no base_dir: the current directory
+
+    p = resolve_family_params("empirical", {"path": "lengths.txt", "column": None}, cfg_dir)
+    assert p == {"path": str(cfg_dir / "lengths.txt"), "column": None}
+    absolute = str(cfg_dir / "lengths.txt")
+    assert resolve_family_params("empirical", {"path": absolute}, elsewhere)["path"] == absolute
+    spike = resolve_family_params("spike", {"p": 0.1, "base": "empirical", "path": "lengths.txt"}, cfg_dir)
+    assert spike["path"] == absolute and spike["p"] == 0.1
+    assert resolve_family_params("uniform_fill", {"fill": 0.5}, cfg_dir) == {"fill": 0.5}
+    assert resolve_family_params("empirical", {"path": 5}, cfg_dir) == {"path": 5}  # left for the check
+
+    q, k = check_workload("empirical", {"path": "lengths.txt"}, "self", {}, batch_size=50, max_len=8, seed=0,
+                          base_dir=cfg_dir)
+    assert set(q.tolist()) == {5, 8} and np.array_equal(q, k)  # 9 clipped to max_len
+    q2, _ = check_workload("spike", {"p": 0.0, "base": "empirical", "path": "lengths.txt"}, batch_size=50,
+                           max_len=8, seed=0, base_dir=cfg_dir)
+    assert np.array_equal(q, q2)
+    with pytest.raises(LengthsFileError, match="elsewhere/lengths.txt"):
+        check_workload("empirical", {"path": "lengths.txt"}, batch_size=50, max_len=8)
+
+
+def test_check_workload_reads_the_file_and_reports_its_problem(tmp_path):
+    f = tmp_path / "l.txt"
+    f.write_text("4\n4.5\n")
+    with pytest.raises(LengthsFileError, match=r"l.txt: line 2: non-integer value '4.5'"):
+        check_workload("empirical", {"path": str(f)}, "fixed_kv", {}, batch_size=4, max_len=8)

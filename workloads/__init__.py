@@ -3,24 +3,27 @@
     q, k = build_lengths("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": 256},
                          batch_size=1152, max_len=1024, seed=0)
     stats(q, k)  ->  dict of STATS_KEYS;  make_batch(q, k, H=4, D=128, device="cuda")
+    check_workload(family, params, rule, rule_params, batch_size=..., max_len=..., seed=..., base_dir=...)
+        -> the same lengths, or a one-line ValueError (a config loader calls it for every workload)
 
 Note: the package attribute `workloads.stats` is the *function* `stats` (it shadows the submodule of
 the same name); import the submodule's other names with `from workloads.stats import ...`.
 """
 from workloads.batch import JaggedBatch, make_batch
-from workloads.empirical import load_lengths
+from workloads.empirical import LengthsFileError, load_lengths
 from workloads.lengths import (FAMILIES, LOGNORMAL_PRESETS, REQUIRED, check_family_params, family_params,
-                               register_family, sample_lengths)
-from workloads.pairing import (PAIRINGS, build_lengths, check_pairing_params, pair_lengths, pairing_params,
-                               sort_by_length)
+                               register_family, resolve_family_params, sample_lengths)
+from workloads.pairing import (PAIRINGS, build_lengths, check_pairing_params, check_workload, pair_lengths,
+                               pairing_params, sort_by_length)
 from workloads.plot import plot_length_histogram
 from workloads.stats import STATS_KEYS, lengths_sha256, stats, work_pairs
 
 __all__ = [
     "JaggedBatch", "make_batch",
     "FAMILIES", "LOGNORMAL_PRESETS", "REQUIRED", "check_family_params", "family_params", "register_family",
-    "sample_lengths", "load_lengths",
-    "PAIRINGS", "build_lengths", "check_pairing_params", "pair_lengths", "pairing_params", "sort_by_length",
+    "resolve_family_params", "sample_lengths", "load_lengths", "LengthsFileError",
+    "PAIRINGS", "build_lengths", "check_pairing_params", "check_workload", "pair_lengths", "pairing_params",
+    "sort_by_length",
     "STATS_KEYS", "lengths_sha256", "stats", "work_pairs",
     "plot_length_histogram",
 ]

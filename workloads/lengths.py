@@ -75,14 +75,18 @@ def real(lo: float | None = None, hi: float | None = None, *, lo_open: bool = Fa
     return check
 
 
+# a length is addressed through the int32 offsets of the packed tensors (workloads.batch)
+MAX_LENGTH = 2**31 - 1
+
+
 def integer(lo: int = 1, hi_is_max_len: bool = False) -> Check:
-    """An integer >= lo (and <= max_len when asked and max_len is known)."""
+    """An integer >= lo (and <= max_len when asked and max_len is known; <= MAX_LENGTH always)."""
     def check(where, name, v, max_len):
         hi = max_len if hi_is_max_len else None
-        ok = _is_int(v) and v >= lo and (hi is None or v <= hi)
+        ok = _is_int(v) and v >= lo and v <= MAX_LENGTH and (hi is None or v <= hi)
         if not ok:
             if not hi_is_max_len:
-                raise _bad(where, name, v, f"an integer >= {lo}")
+                raise _bad(where, name, v, f"an integer >= {lo} and <= {MAX_LENGTH}")
             raise _bad(where, name, v, f"an integer in [{lo}, max_len" + (f"={hi}]" if hi else "]"))
     return check
 
@@ -178,6 +182,28 @@ def check_family_params(family: str, params: dict, max_len: int | None = None) -
         fam.check(_with_defaults(fam, params), max_len)
 
 
+def resolve_family_params(family: str, params: dict, base_dir=None) -> dict:
+    """A copy of `params` whose file paths are absolute, a relative one taken from `base_dir`.
+
+    File paths are the parameters checked by `path_like` (empirical's `path`), also when `spike`
+    forwards them to its base. A config loader passes the config file's folder, so a config and its
+    lengths file can move together; `base_dir=None` takes the current directory. Values that are not
+    paths are left for `check_family_params` to reject."""
+    from workloads.empirical import resolve_path
+
+    fam = _family(family)
+    out = dict(params or {})
+    names = [k for k, p in fam.params.items() if p.check is path_like]
+    base = out.get("base")
+    if fam.open_params and isinstance(base, str) and base in FAMILIES:
+        names += [k for k, p in FAMILIES[base].params.items() if p.check is path_like]
+    for k in names:
+        v = out.get(k)
+        if isinstance(v, (str, os.PathLike)) and os.fspath(v):
+            out[k] = resolve_path(v, base_dir)
+    return out
+
+
 def _with_defaults(fam: Family, params: dict) -> dict:
     full = {k: p.default for k, p in fam.params.items()}
     full.update(params)
@@ -185,10 +211,10 @@ def _with_defaults(fam: Family, params: dict) -> dict:
 
 
 def _check_sizes(batch_size: Any, max_len: Any, seed: Any) -> None:
-    if not _is_int(batch_size) or batch_size <= 0:
-        raise ValueError(f"bad value batch_size={batch_size!r}; allowed: an integer > 0")
-    if not _is_int(max_len) or max_len <= 0:
-        raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer > 0")
+    if not _is_int(batch_size) or not 0 < batch_size <= MAX_LENGTH:
+        raise ValueError(f"bad value batch_size={batch_size!r}; allowed: an integer in [1, {MAX_LENGTH}]")
+    if not _is_int(max_len) or not 0 < max_len <= MAX_LENGTH:
+        raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer in [1, {MAX_LENGTH}]")
     if not _is_int(seed) or seed < 0:
         raise ValueError(f"bad value seed={seed!r}; allowed: an integer >= 0")
 
@@ -294,7 +320,8 @@ def lognormal(batch_size: int, max_len: int, seed: int, *, s=None, loc=None, sca
     p.update({k: v for k, v in (("s", s), ("loc", loc), ("scale", scale)) if v is not None})
     lo = min(int(min_len), max_len)
     z = np.random.default_rng(seed).standard_normal(batch_size)
-    raw = np.rint(p["loc"] + p["scale"] * np.exp(p["s"] * z))
+    with np.errstate(over="ignore"):  # an overflow to inf is clipped to N below
+        raw = np.rint(p["loc"] + p["scale"] * np.exp(p["s"] * z))
     # clip in float first: exp() of a large draw can exceed int64
     return np.clip(raw, lo, max_len).astype(np.int64)
 
@@ -362,7 +389,8 @@ def empirical(batch_size: int, max_len: int, seed: int, *, path, column=None,
     Formats (see `workloads.empirical.load_lengths`): a text file of integers; a CSV/Parquet column of
     lengths (`column`); or an interaction log whose rows are counted per user id (`user_column`).
     Zero counts are dropped, counts above N are clipped to N (a truncated history). `path` is taken as
-    given: resolving relative paths is the caller's job.
+    given (relative: from the current directory); a config loader resolves it first with
+    `resolve_family_params(..., base_dir=<the config's folder>)`.
     """
     from workloads.empirical import load_lengths  # lazy: pandas is only needed for this family
 

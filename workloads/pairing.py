@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.lengths import REQUIRED, Param, _is_int, integer, optional, sample_lengths
+from workloads.lengths import MAX_LENGTH, REQUIRED, Param, _is_int, integer, optional, resolve_family_params, sample_lengths
 
 PAIRINGS = ("self", "fixed_kv", "target_history", "seeds")
 
@@ -72,8 +72,8 @@ def pair_lengths(rule: str, lengths, *, max_len: int, seed: int = 0, **params) -
     check_pairing_params(rule, params)
     if not _is_int(seed) or seed < 0:
         raise ValueError(f"bad value seed={seed!r}; allowed: an integer >= 0")
-    if not _is_int(max_len) or max_len <= 0:
-        raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer > 0")
+    if not _is_int(max_len) or not 0 < max_len <= MAX_LENGTH:
+        raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer in [1, {MAX_LENGTH}]")
     L = _as_lengths(lengths, "lengths")
     B = L.shape[0]
     if rule == "self":
@@ -111,3 +111,29 @@ def build_lengths(family: str, family_params: dict, rule: str, rule_params: dict
     lengths = sample_lengths(family, batch_size, max_len, seed, **(family_params or {}))
     q, k = pair_lengths(rule, lengths, max_len=max_len, seed=seed, **(rule_params or {}))
     return sort_by_length(q, k) if sort else (q, k)
+
+
+def check_workload(family: str, family_params: dict | None, rule: str = "self", rule_params: dict | None = None,
+                   *, batch_size: int, max_len: int, seed: int = 0, sort: bool = False,
+                   base_dir=None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate one workload completely, by building its lengths; return (q_lengths, kv_lengths).
+
+    Checks what `check_family_params` cannot without drawing: sizes, the seed, and every file the
+    family reads (an empirical file is read and checked here, then cached for the run). Every problem
+    is a ValueError with a one-line message (`LengthsFileError` for a file) for a config loader to
+    prefix with the file and set. A relative file path is taken from `base_dir`; a loader passes the
+    config's folder here and to `resolve_family_params`, whose result is what the run samples with.
+    Cheap: sampling a batch costs milliseconds, and a file is read once per process.
+    """
+    for name, p in (("lengths", family_params), ("kv", rule_params)):
+        if p is not None and not isinstance(p, dict):
+            raise ValueError(f"bad value {name}={p!r}; allowed: a mapping of parameter names to values")
+    if not isinstance(sort, (bool, np.bool_)):
+        raise ValueError(f"bad value sort_by_length={sort!r}; allowed: true or false")
+    fparams = resolve_family_params(family, family_params or {}, base_dir)
+    try:
+        return build_lengths(family, fparams, rule, rule_params or {}, batch_size=batch_size, max_len=max_len,
+                             seed=seed, sort=bool(sort))
+    except MemoryError:
+        raise ValueError(f"batch_size={batch_size}, max_len={max_len}: too large to sample the lengths in "
+                         f"memory; allowed: sizes a batch can have") from None
