@@ -111,10 +111,16 @@ def test_faster_missing_and_new(tmp_path, capsys):
     assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["change"] == pytest.approx(-0.2, abs=0.03)
     assert rows["set1/fwd/L=1024/fill=1.0/naive"]["verdict"] == "missing"
     assert rows["set1/fwd/L=1024/fill=1.0/sdpa"]["verdict"] == "new"
-    rc, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
-    assert rc == 0
+    b, c = write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur)
+    rc, out, _ = run(capsys, b, c)
+    assert rc == 1  # a case that vanished from the current run fails the gate (issue 19)
     for line in ("| faster | 1 |", "| missing | 1 |", "| new | 1 |", "| same | 1 |"):
         assert line in out
+    assert out.strip().splitlines()[-1] == ("- missing: set1/fwd/L=1024/fill=1.0/naive (in the baseline, not in the "
+                                            "current run; --allow-missing accepts this)")
+    rc, out, _ = run(capsys, b, c, "--allow-missing")
+    assert rc == 0 and "| missing | 1 |" in out
+    assert out.strip().splitlines()[-1] == "OK: no case slower or failed (4 compared; 1 missing, not failing)."
 
 
 def test_clock_normalised_change(tmp_path):
@@ -181,7 +187,8 @@ def test_threshold_option_and_run_folder_input(tmp_path, capsys):
     assert rc == 1
 
 
-@pytest.mark.parametrize("kind", ["missing", "invalid_json", "wrong_schema", "no_common", "bad_option"])
+@pytest.mark.parametrize("kind", ["missing", "invalid_json", "wrong_schema", "no_common", "bad_option",
+                                  "unknown_option"])
 def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, kind):
     good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0))])
     bad = tmp_path / "bad.json"
@@ -197,9 +204,12 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, kind):
     elif kind == "no_common":
         write(tmp_path, "bad.json", [case("fa4", noisy(1.0))])
         expect = "no common case ids"
-    else:
+    elif kind == "bad_option":
         args = [good, good, "--alpha", "2"]
         expect = "--alpha must be in (0, 1)"
+    else:
+        args = [good, good, "--treshold", "0.1"]
+        expect = "unrecognized arguments: --treshold 0.1"
     rc, out, err = run(capsys, *args)
     assert rc == 2
     lines = [l for l in err.splitlines() if l.strip()]
@@ -222,3 +232,140 @@ def test_module_entry_point_exit_code(tmp_path):
     p = subprocess.run([sys.executable, "-m", "reports.compare", b, str(tmp_path / "nope.json")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "nope.json: no such file" in p.stderr
+
+
+# ------------------------------------------------------------------- a gate that cannot be fooled (issue 19)
+
+GOOD_ID = "set1/fwd/L=1024/fill=1.0/gdpa_triton"
+
+
+def _doc(**case_over):
+    c = case("gdpa_triton", noisy(1.0, n=25, seed=3))
+    for k, v in case_over.items():
+        if v is _DROP:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    return synth.make_results([c])
+
+
+_DROP = object()
+
+
+def _drop_meta():
+    d = synth.make_results([case("gdpa_triton", noisy(1.0))])
+    del d["meta"]
+    return d
+
+
+@pytest.mark.parametrize("name,doc,needle", [
+    ("no_status", _doc(status=_DROP), f"cases[0] ({GOOD_ID}): status: missing; allowed: ok, incorrect, failed, skipped"),
+    ("null_status", _doc(status=None), "status: None; allowed: ok, incorrect"),
+    ("odd_status", _doc(status="OK"), "status: 'OK'; allowed: ok, incorrect, failed, skipped"),
+    ("string_samples", _doc(times_ms=["1.0", "1.1"]), "times_ms[0]: '1.0' is not a time; allowed: finite numbers > 0"),
+    ("bool_sample", _doc(times_ms=[1.0, True]), "times_ms[1]: True is not a time"),
+    ("zero_sample", _doc(times_ms=[1.0, 0]), "times_ms[1]: 0 is not a time"),
+    ("samples_not_list", _doc(times_ms=1.5), "times_ms: 1.5 is not a list"),
+    ("median_string", _doc(median_ms="fast"), "median_ms: 'fast'; allowed: a number > 0"),
+    ("ok_without_timing", _doc(times_ms=[], median_ms=None), "status 'ok' but no timing"),
+    ("power_not_object", _doc(power=[1]), "power: [1]; allowed: an object or null"),
+    ("clock_string", _doc(power={"sm_clock_mhz_median": "1980"}), "power.sm_clock_mhz_median: '1980'"),
+    ("meta_null", {**_doc(), "meta": None}, "meta: missing, null or empty"),
+    ("meta_absent", _drop_meta(), "meta: missing, null or empty"),
+    ("meta_list", {**_doc(), "meta": ["gpu"]}, "meta: missing, null or empty"),
+    ("case_not_object", {**_doc(), "cases": [5]}, "\"cases\" must be a list of objects"),
+    ("cases_not_list", {**_doc(), "cases": {"a": 1}}, "\"cases\" must be a list of objects"),
+    ("no_id", _doc(id=_DROP), "cases[0] has no string \"id\""),
+    ("not_object", [1, 2], "expected a JSON object"),
+    ("duplicate_id", synth.make_results([case("gdpa_triton", noisy(1.0)), case("gdpa_triton", noisy(1.0))]),
+     f"cases[1] ({GOOD_ID}): id: the same id as cases[0]"),
+])
+@pytest.mark.parametrize("side", ["baseline", "current"])
+def test_malformed_results_exit_2_naming_file_and_field(tmp_path, capsys, name, doc, needle, side):
+    good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0, n=25, seed=3))])
+    bad = tmp_path / f"{name}.json"
+    bad.write_text(json.dumps(doc))
+    args = [bad, good] if side == "baseline" else [good, bad]
+    rc, out, err = run(capsys, *args)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and out == "", (rc, out)
+    assert len(lines) == 1 and lines[0].startswith(f"python -m bench compare: error: {bad}"), lines
+    assert needle in lines[0], lines[0]
+
+
+def test_compare_runs_checks_its_input_too():
+    from reports.metrics import ResultsError
+
+    good = synth.make_results([case("gdpa_triton", noisy(1.0))])
+    with pytest.raises(ResultsError, match=r"^current: cases\[0\] .*status: missing"):
+        compare_runs(good, _doc(status=_DROP))
+    with pytest.raises(ResultsError, match=r"^baseline: meta: missing"):
+        compare_runs({**good, "meta": None}, good)
+
+
+def ramp(n: int, start: float, end: float, rel: float = 0.003, seed: int = 0) -> list[float]:
+    """Samples whose level moves linearly from `start` to `end` over the window (a clock settling)."""
+    rng = np.random.default_rng(seed)
+    return (np.linspace(start, end, n) * (1 + rel * rng.standard_normal(n))).tolist()
+
+
+def test_drift_figure():
+    from reports.compare import drift
+
+    d, p = drift([1.0] * 10 + [1.5] * 80 + [1.1] * 10)
+    assert d == pytest.approx(0.1) and p < 1e-3
+    assert drift([1.0] * 19) == (None, None)  # a tenth of 19 samples is one sample
+    d, p = drift(noisy(1.0, n=40, rel=0.05, seed=5))  # i.i.d. noise: a difference, not a significant one
+    assert p > 0.01
+
+
+def test_drifting_case_gets_its_own_verdict(tmp_path, capsys):
+    # baseline steady at 1.0 ms; current ramps 1.0 -> 1.16 ms within its window (median ~1.08: +8%)
+    steady = noisy(1.0, n=200, rel=0.003, seed=1)
+    drifting = ramp(200, 1.0, 1.16, seed=2)
+    rows = compare_runs(synth.make_results([case("gdpa_triton", steady, clock=None)]),
+                        synth.make_results([case("gdpa_triton", drifting, clock=None)]))
+    (r,) = rows
+    assert r["verdict"] == "drifting" and r["wall_verdict"] == "slower"
+    assert r["cur_drift"] == pytest.approx(0.15, abs=0.02) and r["cur_drift_p"] < 1e-6
+    assert abs(r["base_drift"]) < 0.01
+    assert r["fails_gate"] and "no clock data to explain the slowdown" in r["message"]
+
+    # the same drift explained by the clock (1980 -> 1830 MHz): drifting, not a regression
+    cur = [case("gdpa_triton", drifting, clock=1830.0)]
+    (r,) = compare_runs(synth.make_results([case("gdpa_triton", steady, clock=1980.0)]), synth.make_results(cur))
+    assert r["verdict"] == "drifting" and not r["fails_gate"]
+    assert abs(r["clock_norm_change"]) <= 0.05 and "not a regression" in r["message"]
+    # a drift with the clock unchanged: slower per clock too, fails
+    (r,) = compare_runs(synth.make_results([case("gdpa_triton", steady, clock=1980.0)]),
+                        synth.make_results([case("gdpa_triton", drifting, clock=1980.0)]))
+    assert r["verdict"] == "drifting" and r["fails_gate"] and "slower too" in r["message"]
+
+    # identical drifting runs: not `same` on wall time alone, and not a failure either
+    (r,) = compare_runs(synth.make_results([case("gdpa_triton", drifting)]),
+                        synth.make_results([case("gdpa_triton", drifting)]))
+    assert r["verdict"] == "drifting" and r["wall_verdict"] == "same" and not r["fails_gate"]
+
+    b = write(tmp_path, "b.json", [case("gdpa_triton", steady, clock=1980.0)])
+    c = write(tmp_path, "c.json", cur)
+    rc, out, _ = run(capsys, b, c)
+    assert rc == 0 and "| drifting | 1 |" in out and "| drift base | drift cur |" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith(f"| {GOOD_ID} |")).split(" | ")
+    assert row[1] == "drifting" and row[7].startswith("-0.") and row[8].startswith("+14.")  # drift base, cur
+    assert out.strip().splitlines()[-1] == "OK: no case slower or failed (1 compared; 1 drifting, not failing)."
+    # the drift check off: the same files give the plain wall-time verdict
+    rc, out, _ = run(capsys, b, c, "--drift-threshold", "inf")
+    assert rc == 1 and "| slower | 1 |" in out
+    rc, out, _ = run(capsys, b, c, "--format", "json")
+    doc = json.loads(out)
+    assert doc["drift_threshold"] == 0.03 and doc["cases"][0]["cur_drift"] == pytest.approx(0.15, abs=0.02)
+
+
+@pytest.mark.parametrize("opt", [["--drift-threshold", "0"], ["--drift-threshold", "nan"],
+                                 ["--drift-threshold", "x"], ["--min-samples", "0"], ["--format", "xml"]])
+def test_bad_options_one_line(tmp_path, capsys, opt):
+    good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0))])
+    rc, out, err = run(capsys, good, good, *opt)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("python -m bench compare: error:")
+    assert opt[0] in lines[0]
