@@ -24,15 +24,19 @@ as "nothing slower" would pass anything. Cases are matched by id. For each case 
 
 Verdicts (significant means p < alpha; n = samples in each run):
 
-| verdict | when | fails the gate |
-|---|---|---|
-| `failed` | ok in the baseline, not ok now (the message carries the current error) | yes |
-| `missing` | in the baseline, not in the current run | yes, unless `--allow-missing` |
-| `slower` / `faster` | significant and |change| > threshold | slower: yes |
-| `drifting` | the drift of either run exceeds `--drift-threshold` (default 3%) and is significant: its wall-time verdict (kept in `wall_verdict`) is not trusted | only if the wall-time verdict is `slower` and the clock-normalised change also exceeds the threshold, or no clock data can explain the slowdown (CPU runs, old baselines) |
-| `ambiguous` | significant and threshold/2 < |change| ≤ threshold (a real but sub-threshold change); or not significant while |change| > threshold (too noisy to confirm a change that large); or fewer than `--min-samples` samples on a side while |change| > threshold | no |
-| `same` | everything else: not significant and |change| ≤ threshold, or a tiny change (≤ threshold/2), or not ok in either run | no |
-| `new` | in the current run only (or not ok in the baseline and ok now) | no |
+- `failed` (fails the gate): ok in the baseline, not ok now (the message carries the current error).
+- `missing` (fails the gate unless `--allow-missing`): in the baseline, not in the current run.
+- `slower` (fails) / `faster`: significant and |change| > threshold.
+- `drifting`: the drift of either run exceeds `--drift-threshold` (default 3%) and is significant; the
+  wall-time verdict (kept in `wall_verdict`) is not trusted. Fails the gate only if the wall-time
+  verdict is `slower` and the clock-normalised change also exceeds the threshold, or no clock data
+  can explain the slowdown (CPU runs, old baselines).
+- `ambiguous`: significant and threshold/2 < |change| ≤ threshold (a real but sub-threshold change);
+  or not significant while |change| > threshold (too noisy to confirm a change that large); or fewer
+  than `--min-samples` samples on a side while |change| > threshold.
+- `same`: everything else: not significant and |change| ≤ threshold, or a tiny change
+  (≤ threshold/2), or not ok in either run.
+- `new`: in the current run only (or not ok in the baseline and ok now).
 
 Why drifting + slower fails only without a clock explanation: a case whose samples drift has a
 median that depends on where in the drift the window fell, so its wall-time change alone proves
@@ -262,7 +266,8 @@ def _wall_verdict(change: float, sb: np.ndarray, sc: np.ndarray, threshold: floa
     if sig and abs(change) > threshold / 2:
         return "ambiguous", f"{tag}: significant but under the {threshold:.0%} threshold"
     if not sig and big:
-        return "ambiguous", f"{tag}: beyond the {threshold:.0%} threshold but not significant at alpha={alpha:g} (noisy)"
+        return "ambiguous", (f"{tag}: beyond the {threshold:.0%} threshold but not significant at "
+                             f"alpha={alpha:g} (noisy)")
     return "same", tag
 
 
@@ -392,7 +397,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("current", help="current results.json (or its run folder)")
     p.add_argument("--threshold", type=float, default=0.05,
                    help="relative median change that counts as a regression (default 0.05 = 5%%)")
-    p.add_argument("--alpha", type=float, default=0.01, help="significance level of the Mann-Whitney U test (default 0.01)")
+    p.add_argument("--alpha", type=float, default=0.01,
+                   help="significance level of the Mann-Whitney U test (default 0.01)")
     p.add_argument("--format", choices=("md", "json"), default="md", help="output format (default md)")
     p.add_argument("--min-samples", type=int, default=5, help="fewest samples per side to run the test (default 5)")
     p.add_argument("--drift-threshold", type=float, default=0.03,

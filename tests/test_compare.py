@@ -82,7 +82,7 @@ def test_ten_percent_slower_is_a_regression(tmp_path, capsys):
 def test_overlapping_noise_is_not_a_regression(tmp_path, capsys):
     base = [case("gdpa_triton", noisy(1.0, n=20, rel=0.25, seed=20))]
     cur = [case("gdpa_triton", noisy(1.04, n=20, rel=0.25, seed=21))]
-    rc, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
+    rc, _, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
     assert rc == 0
     (r,) = compare_runs(synth.make_results(base), synth.make_results(cur))
     assert r["verdict"] in ("same", "ambiguous") and r["p_value"] >= 0.01
@@ -212,7 +212,7 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, kind):
         expect = "unrecognized arguments: --treshold 0.1"
     rc, out, err = run(capsys, *args)
     assert rc == 2
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and expect in lines[0] and lines[0].startswith("python -m bench compare: error:")
     assert out == ""
 
@@ -259,7 +259,8 @@ def _drop_meta():
 
 
 @pytest.mark.parametrize("name,doc,needle", [
-    ("no_status", _doc(status=_DROP), f"cases[0] ({GOOD_ID}): status: missing; allowed: ok, incorrect, failed, skipped"),
+    ("no_status", _doc(status=_DROP),
+     f"cases[0] ({GOOD_ID}): status: missing; allowed: ok, incorrect, failed, skipped"),
     ("null_status", _doc(status=None), "status: None; allowed: ok, incorrect"),
     ("odd_status", _doc(status="OK"), "status: 'OK'; allowed: ok, incorrect, failed, skipped"),
     ("string_samples", _doc(times_ms=["1.0", "1.1"]), "times_ms[0]: '1.0' is not a time; allowed: finite numbers > 0"),

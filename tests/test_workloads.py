@@ -10,10 +10,24 @@ import pytest
 from scipy import stats as sps
 
 import workloads
-from workloads import (FAMILIES, LOGNORMAL_PRESETS, PAIRINGS, REQUIRED, build_lengths, check_family_params,
-                       check_pairing_params, family_params, lengths_sha256, pair_lengths,
-                       plot_length_histogram, register_family, sample_lengths, sort_by_length, stats,
-                       work_pairs)
+from workloads import (
+    FAMILIES,
+    LOGNORMAL_PRESETS,
+    PAIRINGS,
+    REQUIRED,
+    build_lengths,
+    check_family_params,
+    check_pairing_params,
+    family_params,
+    lengths_sha256,
+    pair_lengths,
+    plot_length_histogram,
+    register_family,
+    sample_lengths,
+    sort_by_length,
+    stats,
+    work_pairs,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -348,7 +362,7 @@ def test_work_pairs_causal_matches_brute_force():
             ks.append(lk)
             brute.append(sum(1 for i in range(lq) for j in range(lk) if j <= i))
     assert work_pairs(qs, ks, causal=True).tolist() == brute
-    assert work_pairs(qs, ks).tolist() == [a * b for a, b in zip(qs, ks)]
+    assert work_pairs(qs, ks).tolist() == [a * b for a, b in zip(qs, ks, strict=True)]
     assert work_pairs(np.array([2048]), np.array([2048]), causal=True).tolist() == [2048 * 2049 // 2]
     assert work_pairs([1], [1]).dtype == np.int64
 

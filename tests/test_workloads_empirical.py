@@ -159,7 +159,7 @@ def test_relative_path_resolves_against_base_dir(tmp_path, monkeypatch):
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert load_lengths("lengths.txt", base_dir=cfg_dir).tolist() == [5, 9]
-    with pytest.raises(LengthsFileError, match="elsewhere/lengths.txt: empirical lengths file not found"):
+    with pytest.raises(LengthsFileError, match=r"elsewhere/lengths\.txt: empirical lengths file not found"):
         load_lengths("lengths.txt")  # no base_dir: the current directory
 
     p = resolve_family_params("empirical", {"path": "lengths.txt", "column": None}, cfg_dir)
@@ -177,7 +177,7 @@ def test_relative_path_resolves_against_base_dir(tmp_path, monkeypatch):
     q2, _ = check_workload("spike", {"p": 0.0, "base": "empirical", "path": "lengths.txt"}, batch_size=50,
                            max_len=8, seed=0, base_dir=cfg_dir)
     assert np.array_equal(q, q2)
-    with pytest.raises(LengthsFileError, match="elsewhere/lengths.txt"):
+    with pytest.raises(LengthsFileError, match=r"elsewhere/lengths\.txt"):
         check_workload("empirical", {"path": "lengths.txt"}, batch_size=50, max_len=8)
 
 

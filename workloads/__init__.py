@@ -9,21 +9,54 @@
 Note: the package attribute `workloads.stats` is the *function* `stats` (it shadows the submodule of
 the same name); import the submodule's other names with `from workloads.stats import ...`.
 """
+
 from workloads.batch import JaggedBatch, make_batch
 from workloads.empirical import LengthsFileError, load_lengths
-from workloads.lengths import (FAMILIES, LOGNORMAL_PRESETS, REQUIRED, check_family_params, family_params,
-                               register_family, resolve_family_params, sample_lengths)
-from workloads.pairing import (PAIRINGS, build_lengths, check_pairing_params, check_workload, pair_lengths,
-                               pairing_params, sort_by_length)
+from workloads.lengths import (
+    FAMILIES,
+    LOGNORMAL_PRESETS,
+    REQUIRED,
+    check_family_params,
+    family_params,
+    register_family,
+    resolve_family_params,
+    sample_lengths,
+)
+from workloads.pairing import (
+    PAIRINGS,
+    build_lengths,
+    check_pairing_params,
+    check_workload,
+    pair_lengths,
+    pairing_params,
+    sort_by_length,
+)
 from workloads.plot import plot_length_histogram
 from workloads.stats import STATS_KEYS, lengths_sha256, stats, work_pairs
 
 __all__ = [
-    "JaggedBatch", "make_batch",
-    "FAMILIES", "LOGNORMAL_PRESETS", "REQUIRED", "check_family_params", "family_params", "register_family",
-    "resolve_family_params", "sample_lengths", "load_lengths", "LengthsFileError",
-    "PAIRINGS", "build_lengths", "check_pairing_params", "check_workload", "pair_lengths", "pairing_params",
-    "sort_by_length",
-    "STATS_KEYS", "lengths_sha256", "stats", "work_pairs",
+    "FAMILIES",
+    "LOGNORMAL_PRESETS",
+    "PAIRINGS",
+    "REQUIRED",
+    "STATS_KEYS",
+    "JaggedBatch",
+    "LengthsFileError",
+    "build_lengths",
+    "check_family_params",
+    "check_pairing_params",
+    "check_workload",
+    "family_params",
+    "lengths_sha256",
+    "load_lengths",
+    "make_batch",
+    "pair_lengths",
+    "pairing_params",
     "plot_length_histogram",
+    "register_family",
+    "resolve_family_params",
+    "sample_lengths",
+    "sort_by_length",
+    "stats",
+    "work_pairs",
 ]

@@ -74,7 +74,7 @@ class JaggedBatch:
     def kv_offsets_host(self) -> np.ndarray:
         return _offsets(self.kv_lengths)
 
-    def with_grad(self) -> "JaggedBatch":
+    def with_grad(self) -> JaggedBatch:
         """A copy whose q, k, v are fresh leaves that require grad (same values)."""
         q, k, v = (t.detach().clone().requires_grad_(True) for t in (self.q, self.k, self.v))
         return JaggedBatch(q, k, v, self.q_offsets, self.kv_offsets, self.q_lengths, self.kv_lengths,

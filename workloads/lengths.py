@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +129,7 @@ class Family:
     sample: Callable[..., np.ndarray]
     params: dict[str, Param]
     # cross-parameter rules (e.g. "preset or s, loc, scale"); gets the full params with defaults
-    check: Callable[[dict, "int | None"], None] | None = None
+    check: Callable[[dict, int | None], None] | None = None
     # True if extra params are forwarded elsewhere (spike -> its base family) and checked by `check`
     open_params: bool = False
 
@@ -276,7 +277,7 @@ def hstu_sl(batch_size: int, max_len: int, seed: int, *, fill: float, alpha: flo
     """
     lengths = uniform_fill(batch_size, max_len, seed, fill=fill)
     # + 1e-9: N^(alpha/2) that is mathematically an integer (1024^0.8 = 256) must not floor one lower
-    t = int(math.floor(max_len ** (alpha / 2) + 1e-9))
+    t = math.floor(max_len ** (alpha / 2) + 1e-9)
     n_alpha = float(max_len) ** alpha
     p_cut = np.clip(1.0 - n_alpha / lengths.astype(np.float64) ** 2, 0.0, 1.0)
     coin = np.random.default_rng([seed, _STREAM_HSTU_SL]).random(batch_size)

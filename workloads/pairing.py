@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.lengths import MAX_LENGTH, REQUIRED, Param, _is_int, integer, optional, resolve_family_params, sample_lengths
+from workloads.lengths import (
+    MAX_LENGTH,
+    REQUIRED,
+    Param,
+    _is_int,
+    integer,
+    optional,
+    resolve_family_params,
+    sample_lengths,
+)
 
 PAIRINGS = ("self", "fixed_kv", "target_history", "seeds")
 
