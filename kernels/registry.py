@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import torch
 

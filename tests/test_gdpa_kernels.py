@@ -2,8 +2,9 @@
 
 CPU: the Triton interpreter (TRITON_INTERPRET=1, set by conftest), fp32/fp16 — the interpreter's bf16
 tl.dot is wrong in triton 3.6 — tiny jagged batches with zero-length and length-1 sequences, GQA,
-alpha/qk_scale != 1, every activation, causal and not. Outputs are poisoned with NaN before each call,
-so an element the kernel forgets to write fails the comparison. GPU (`-m gpu`): bf16 at the peer shapes.
+alpha/qk_scale != 1, every activation, causal and not, pinned tiles through GDPAOptions. Outputs are
+poisoned with NaN before each call (kernels.gdpa.launch.poisoned_outputs), so an element the kernel
+forgets to write fails the comparison. GPU (`-m gpu`): bf16 at the peer shapes.
 """
 import math
 
@@ -11,22 +12,21 @@ import numpy as np
 import pytest
 import torch
 
-import kernels.gdpa.interface as gi
 from kernels.activations import ACTIVATION_NAMES
-from kernels.gdpa import gdpa
+from kernels.gdpa import GDPAOptions, gdpa
+from kernels.gdpa.launch import poisoned_outputs
 from kernels.reference import reference_outputs
 from kernels.registry import CaseSpec
 from workloads import make_batch
 
 CPU = not torch.cuda.is_available()
+TRITON = GDPAOptions(backend="triton")  # these tests check the Triton kernels, wherever auto would go
 
 
 @pytest.fixture
-def poisoned(monkeypatch):
-    monkeypatch.setattr(gi, "_empty_like", lambda t: torch.full_like(t, float("nan")))
-
-
-BWD_IMPLS = list(gi.BWD_IMPLS)  # split dQ kernel, pointer atomics, TMA reductions (pointer on CPU)
+def poisoned():
+    with poisoned_outputs():
+        yield
 
 
 def rel(a, b):
@@ -36,82 +36,45 @@ def rel(a, b):
 
 
 def run_and_compare(q_len, kv_len, *, H=4, Hkv=2, D=16, dtype=torch.float32, act="fast_gelu", alpha=0.7,
-                    qk_scale=1.3, causal=False, seed=None, device="cpu"):
+                    qk_scale=1.3, causal=False, seed=None, device="cpu", options=TRITON, record=None):
     seed = np.random.SeedSequence().entropy % 2**31 if seed is None else seed  # fresh inputs each case
     b = make_batch(q_len, kv_len, H=H, Hkv=Hkv, D=D, dtype=dtype, device=device, seed=seed)
     bg = b.with_grad()
     out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, activation=act,
-               alpha=alpha, qk_scale=qk_scale, causal=causal)
+               alpha=alpha, qk_scale=qk_scale, causal=causal, options=options, record=record)
     grads = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
     spec = CaseSpec(activation=act, alpha=alpha, qk_scale=qk_scale, causal=causal)
     ref, rgrads = reference_outputs(b, spec, grads=True, dtype=torch.float64)
-    return [rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads)], seed
+    return [rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads, strict=True)], seed
 
 
 Q_LEN = [5, 0, 17, 33, 1, 9]
 KV_LEN = [7, 3, 0, 40, 1, 16]
 
 
-@pytest.mark.parametrize("impl", ["atomic"])
-@pytest.mark.parametrize("act,causal", [("fast_gelu", False), ("fast_silu", True), ("relu", False)])
-def test_atomic_dq_backward_matches_reference(poisoned, monkeypatch, impl, act, causal):
-    """The 5-GEMM backward (dQ added into an fp32 accumulator from the dK/dV kernel), GQA, empty rows."""
-    monkeypatch.setenv("GDPA_BWD_IMPL", impl)
-    kv = Q_LEN if causal else KV_LEN
-    errs, seed = run_and_compare(Q_LEN, kv, act=act, causal=causal)
-    assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
+SKEWED_SMALL = [3, 0, 1, 70, 2, 0, 3, 1, 2, 3, 1, 2]  # one long history among short ones, and empties
 
 
-@pytest.mark.parametrize("act,causal", [("fast_gelu", False), ("silu", True), ("relu_square", False)])
-def test_software_pipelined_forward_matches_reference(poisoned, monkeypatch, act, causal):
-    """GDPA_FWD_PIPE=1: S of the next key tile computed before this tile's activation (a tune variant)."""
-    monkeypatch.setenv("GDPA_FWD_PIPE", "1")
-    q_len = [5, 0, 17, 33, 1, 48]  # 0, 1, 2 and 3 whole 16-key tiles, plus tails
-    kv = q_len if causal else [7, 3, 0, 40, 1, 64]
-    errs, seed = run_and_compare(q_len, kv, act=act, causal=causal)
-    assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
-
-
-SKEWED = [3, 0, 1, 200, 2, 0, 3, 1, 2, 3, 1, 2]  # one long history among short ones, and empties
-SKEWED_SMALL = [3, 0, 1, 70, 2, 0, 3, 1, 2, 3, 1, 2]  # same shape, cheaper in the interpreter
-
-
-@pytest.mark.parametrize("schedule", ["grid", "compact"])
 @pytest.mark.parametrize("causal,tiles", [(False, (16, 16)), (True, (16, 16)), (False, (16, 32)),
                                           (True, (32, 16))])
-def test_compact_tile_schedule_matches_reference(poisoned, monkeypatch, schedule, causal, tiles):
-    """Both launch schedules (kernels/gdpa/schedule.py) in forward, dK/dV and dQ, on the small jagged
-    batch and on a skewed one whose compact grid has spare programs; every output element checked.
-    Unequal BLOCK_M / BLOCK_N tell the query-tiled kernels' schedules from the key-tiled dK/dV one."""
-    from kernels.gdpa import bwd as gbwd, fwd as gfwd
-    monkeypatch.setenv("GDPA_SCHEDULE", schedule)
-    for mod in (gfwd, gbwd):
-        monkeypatch.setattr(mod, "INTERPRET_CONFIG", (*tiles, 4, 1))
+def test_pinned_tiles_match_reference(poisoned, causal, tiles):
+    """Tiles pinned through GDPAOptions in forward, dK/dV and dQ, on the small jagged batch and a skewed
+    one; every output element checked. Unequal BLOCK_M / BLOCK_N tell the query-tiled kernels' grids
+    from the key-tiled dK/dV one."""
+    opts = GDPAOptions(backend="triton", fwd_tiles=(*tiles, 4, 1), dkdv_tiles=(*tiles, 4, 1),
+                       dq_tiles=(*tiles, 4, 1))
     for q_len, kv_len in ((Q_LEN, Q_LEN if causal else KV_LEN), (SKEWED_SMALL, SKEWED_SMALL)):
-        errs, seed = run_and_compare(q_len, kv_len, act="fast_gelu", causal=causal)
-        assert max(errs) < 1e-4, (schedule, q_len, errs, seed)
+        record = {}
+        errs, seed = run_and_compare(q_len, kv_len, act="fast_gelu", causal=causal, options=opts, record=record)
+        assert max(errs) < 1e-4, (q_len, errs, seed)
+        assert {record[k]["source"] for k in ("fwd", "dkdv", "dq")} == {"pinned"}
+        assert record["fwd"]["tiles"] == [*tiles, 4, 1]
 
 
-def test_schedule_choice_follows_the_length_skew(monkeypatch):
-    from kernels.gdpa.schedule import TileSchedule
-    offsets = lambda lengths: torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
-    assert not TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4).compact  # default: grid
-    monkeypatch.setenv("GDPA_SCHEDULE", "auto")
-    skewed = TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4)
-    uniform = TileSchedule(offsets([200] * 12), 2400, 200, heads=4)
-    assert skewed.compact and not uniform.compact
-    assert skewed.grid(16) == ((sum(SKEWED) // 16 + len(SKEWED)) * 4,)
-    assert skewed.tile_offsets.tolist() == [0, 1, 1, 2, 15, 16, 16, 17, 18, 19, 20, 21, 22]
-    assert uniform.grid(16) == (13, 48)
-    monkeypatch.setenv("GDPA_SCHEDULE", "persistent")
-    with pytest.raises(ValueError, match="GDPA_SCHEDULE"):
-        TileSchedule(offsets(SKEWED), sum(SKEWED), max(SKEWED), heads=4)
-
-
-def test_unknown_backward_impl_is_rejected(monkeypatch):
-    monkeypatch.setenv("GDPA_BWD_IMPL", "fastest")
-    with pytest.raises(ValueError, match="GDPA_BWD_IMPL='fastest'; allowed: split, atomic, atomic_tma"):
-        run_and_compare([3], [3])
+def test_causal_forward_rejects_pinned_tiles_that_split_a_key_tile():
+    """The causal forward runs whole key tiles unmasked up to its first query row: BLOCK_M % BLOCK_N."""
+    with pytest.raises(ValueError, match=r"fwd_tiles \[16, 32, 4, 1\]: a causal forward needs BLOCK_M"):
+        run_and_compare([3, 5], [3, 5], causal=True, options=GDPAOptions(fwd_tiles=(16, 32, 4, 1)))
 
 
 @pytest.mark.parametrize("act", ACTIVATION_NAMES)
@@ -170,33 +133,67 @@ def _args(**over):
     return a
 
 
-@pytest.mark.parametrize("over,msg", [
+HOST_CHECKS = [
     (lambda a: dict(k=a["k"].half()), "share a dtype"),
     (lambda a: dict(q=a["q"].to(torch.int32)), "not supported"),
     (lambda a: dict(q_offsets=a["q_offsets"].long()), "q_offsets must be int32"),
-    (lambda a: dict(q_offsets=torch.tensor([0, 5, 3], dtype=torch.int32)), "non-decreasing"),
-    (lambda a: dict(kv_offsets=torch.tensor([0, 2, 6], dtype=torch.int32)), "kv_offsets[-1] = 6"),
-    (lambda a: dict(q_offsets=torch.tensor([1, 3, 7], dtype=torch.int32)), "q_offsets[0] must be 0"),
     (lambda a: dict(q=torch.zeros(7, 3, 16)), "H (3) must be a multiple of Hkv (2)"),
     (lambda a: dict(q=torch.zeros(7, 4, 24), k=torch.zeros(7, 2, 24), v=torch.zeros(7, 2, 24)),
      "head_dim 24 not supported"),
-    (lambda a: dict(max_seq_len_q=3), "exceeds the given max length"),
     (lambda a: dict(kv_offsets=torch.tensor([0, 2], dtype=torch.int32)), "both are [B+1]"),
     (lambda a: dict(v=a["v"][:, :1]), "same shape"),
-])
-def test_invalid_arguments_raise_value_error(over, msg):
+    (lambda a: dict(max_seq_len_q=torch.tensor(4)), "max_seq_len_q must be an integer >= 0, got a tensor"),
+    (lambda a: dict(max_seq_len_kv=-1), "max_seq_len_kv must be an integer >= 0, got -1"),
+    (lambda a: dict(alpha=torch.tensor(0.5)), "alpha must be a real number, got a tensor"),
+]
+# these need the offsets' values: only validate="full" reads them (a host sync)
+OFFSET_CHECKS = [
+    (lambda a: dict(q_offsets=torch.tensor([0, 5, 3], dtype=torch.int32)), "non-decreasing"),
+    (lambda a: dict(kv_offsets=torch.tensor([0, 2, 6], dtype=torch.int32)), "kv_offsets[-1] = 6"),
+    (lambda a: dict(q_offsets=torch.tensor([1, 3, 7], dtype=torch.int32)), "q_offsets[0] must be 0"),
+    (lambda a: dict(max_seq_len_q=3), "exceeds the given max length"),
+]
+
+
+@pytest.mark.parametrize("validate", ["host", "full"])
+@pytest.mark.parametrize("over,msg", HOST_CHECKS)
+def test_invalid_arguments_raise_value_error(over, msg, validate):
     a = _args()
     a.update(over(a))
     with pytest.raises(ValueError) as exc:
-        gdpa(**a)
-    assert msg in str(exc.value)
+        gdpa(**a, validate=validate)
+    assert msg in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("over,msg", OFFSET_CHECKS)
+def test_invalid_offsets_raise_value_error_when_fully_validated(over, msg):
+    a = _args()
+    a.update(over(a))
+    with pytest.raises(ValueError) as exc:
+        gdpa(**a, validate="full")
+    assert msg in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_unknown_activation_and_causal_cross_attention():
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         gdpa(**_args(), activation="swish")
+    # equal row counts, different offsets: only the offsets' values tell (validate="full")
     with pytest.raises(ValueError, match="causal=True needs self-attention"):
-        gdpa(**_args(), causal=True)
+        gdpa(**_args(), causal=True, validate="full")
+    # different row counts: caught on the host
+    a = _args()
+    b = make_batch([3, 4], [2, 6], H=4, Hkv=2, D=16, dtype=torch.float32)
+    a.update(k=b.k, v=b.v, kv_offsets=b.kv_offsets, max_seq_len_kv=6)
+    with pytest.raises(ValueError, match=r"causal=True needs self-attention .* q has 7 rows, k has 8"):
+        gdpa(**a, causal=True)
+
+
+def test_validate_and_options_arguments_are_checked():
+    allowed = r"allowed: 'host' \([^()]*no host sync\); 'full' \([^()]*a host sync\)$"
+    with pytest.raises(ValueError, match=r"^gdpa: validate='fast'; " + allowed):
+        gdpa(**_args(), validate="fast")
+    with pytest.raises(ValueError, match="options must be a GDPAOptions, got dict"):
+        gdpa(**_args(), options={"backend": "triton"})
 
 
 def test_device_mismatch_is_rejected():
@@ -227,11 +224,9 @@ def test_gpu_bf16_peer_shapes(name, L, fill, kv):
         assert res["passed"], (name, mode, res)
 
 
-@pytest.fixture
-def one_config(monkeypatch):
-    """Pin one tile config per kernel: these tests check math, and autotuning would compile every config."""
-    for env in ("GDPA_FWD_CONFIG", "GDPA_DKDV_CONFIG", "GDPA_DQ_CONFIG"):
-        monkeypatch.setenv(env, "64,64,4,2")
+# one tile config per kernel: these tests check math, and autotuning would compile every config
+ONE_CONFIG = GDPAOptions(backend="triton", fwd_tiles=(64, 64, 4, 2), dkdv_tiles=(64, 64, 4, 2),
+                         dq_tiles=(64, 64, 4, 2))
 
 
 def _gpu_activation_check(act):
@@ -239,42 +234,55 @@ def _gpu_activation_check(act):
         ql = [1, 0, 127, 130, 257, 64, 300]
         kl = ql if causal else [5, 3, 0, 128, 200, 1, 299]
         errs, seed = run_and_compare(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act=act, causal=causal,
-                                     device="cuda")
+                                     device="cuda", options=ONE_CONFIG)
         assert max(errs) < 2e-2 and all(math.isfinite(e) for e in errs), (act, causal, seed, errs)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("act", ACTIVATION_NAMES)
-def test_gpu_bf16_every_activation_causal_gqa(poisoned, one_config, act):
+def test_gpu_bf16_every_activation_causal_gqa(poisoned, act):
     _gpu_activation_check(act)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", BWD_IMPLS)
-@pytest.mark.parametrize("act", ["fast_gelu", "silu", "relu_square"])
-def test_gpu_bf16_every_backward_impl(poisoned, one_config, monkeypatch, act, impl):
-    monkeypatch.setenv("GDPA_BWD_IMPL", impl)
-    _gpu_activation_check(act)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["compact", "auto"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_bf16_compact_schedule_on_a_skewed_batch(poisoned, monkeypatch, schedule, causal):
-    """The compact grid at the shipped, autotuned tiles: each config's pre-hook rebuilds the per-sequence
-    tile counts for its BLOCK_M (the CPU interpreter only runs fixed configs), on a production-like skew
-    where `auto` must pick compact."""
-    monkeypatch.setenv("GDPA_SCHEDULE", schedule)
+def test_gpu_bf16_autotuned_on_a_skewed_batch_records_what_ran(poisoned, causal):
+    """The shipped path (autotuned tiles) on a production-like skew, checked against the reference; the
+    record names each kernel's tiles and the compiled kernel's registers, spills and shared memory."""
     rng = np.random.default_rng(int(torch.randint(1000, ())))
     ql = np.minimum(rng.lognormal(4.0, 1.2, 240).astype(np.int64), 1200)
     ql[:4] = [0, 1, 1200, 129]
     kl = ql if causal else np.maximum(ql[::-1] - 3, 0)
-    gi.LAUNCHED.clear()
+    record = {}
     errs, seed = run_and_compare(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act="fast_gelu",
-                                 causal=causal, device="cuda")
-    assert max(errs) < 2e-2, (schedule, causal, seed, errs)
-    launched = {k: v for k, v in gi.LAUNCHED.items() if k.endswith("_CONFIG")}
-    assert launched and all("schedule=compact" in v for v in launched.values()), launched
+                                 causal=causal, device="cuda", record=record)
+    assert max(errs) < 2e-2, (causal, seed, errs)
+    for kernel in ("fwd", "dkdv", "dq"):
+        entry = record[kernel]
+        assert entry["source"] == "autotuned" and not entry["interpreter"], record
+        assert entry["n_regs"] > 0 and entry["n_spills"] >= 0 and entry["shared_bytes"] > 0, record
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [None, ONE_CONFIG], ids=["default", "pinned"])
+def test_gpu_default_call_never_syncs(options):
+    """After the first call (which compiles and autotunes), forward and backward of gdpa() run with
+    CUDA's sync debug mode set to raise on any synchronizing call."""
+    b = make_batch([1, 0, 127, 300], [5, 3, 0, 299], H=4, Hkv=2, D=128, dtype=torch.bfloat16, device="cuda",
+                   seed=2).with_grad()
+
+    def call():
+        out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, options=options, record={})
+        return torch.autograd.grad(out, (b.q, b.k, b.v), b.dout)
+
+    call()
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
 
 
 @pytest.mark.gpu
@@ -309,43 +317,54 @@ def test_gpu_inputs_on_a_device_that_is_not_current():
     grads = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
     ref, rgrads = reference_outputs(b, CaseSpec(), grads=True)
     assert out.device == torch.device("cuda", 1)
-    assert max([rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads)]) < 2e-2
+    assert max([rel(out, ref)] + [rel(g, r) for g, r in zip(grads, rgrads, strict=True)]) < 2e-2
 
 
-def test_pinned_config_accepts_a_register_cap_and_names_the_variable(monkeypatch):
-    from kernels.gdpa.interface import _pinned
-    from kernels.gdpa.tiles import triton_config
-    monkeypatch.setenv("GDPA_FWD_CONFIG", "128,32,8,3,128")
-    assert _pinned("GDPA_FWD_CONFIG") == (128, 32, 8, 3, 128)
-    assert triton_config(_pinned("GDPA_FWD_CONFIG")).maxnreg == 128
-    assert triton_config((64, 64, 4, 2)).maxnreg is None
-    monkeypatch.setenv("GDPA_FWD_CONFIG", "128,32,8")
-    with pytest.raises(ValueError, match="GDPA_FWD_CONFIG"):
-        _pinned("GDPA_FWD_CONFIG")
+def test_tiles_carry_a_register_cap_to_triton_and_back():
+    from kernels.gdpa.tiles import tiles_of, triton_config
+    assert triton_config((128, 32, 8, 3, 128)).maxnreg == 128
+    assert triton_config((64, 64, 4, 2)).maxnreg is None and triton_config((64, 64, 4, 2, 0)).maxnreg is None
+    assert tiles_of(triton_config((128, 32, 8, 3, 128))) == (128, 32, 8, 3, 128)
+    assert tiles_of(triton_config((64, 64, 4, 2))) == (64, 64, 4, 2)
 
 
-@pytest.mark.parametrize("mode,kernels", [("fwd", {"GDPA_FWD_CONFIG"}),
-                                          ("bwd", {"GDPA_FWD_CONFIG", "GDPA_DKDV_CONFIG", "GDPA_DQ_CONFIG"})])
-def test_provider_reports_the_configs_its_kernels_ran_with(mode, kernels):
-    """The harness stores these per case (`kernel_config`): two runs that autotune differently show it."""
+INTERPRETED = {"tiles": [16, 16, 4, 1], "source": "interpreter", "interpreter": True}
+
+
+@pytest.mark.parametrize("name", ["gdpa_triton", "gdpa"])
+@pytest.mark.parametrize("mode,kernels", [("fwd", {"fwd"}), ("bwd", {"fwd", "dkdv", "dq"})])
+def test_provider_reports_what_its_kernels_ran_with(name, mode, kernels):
+    """The harness stores this per case (`kernel_config`): two runs that autotune differently show it."""
     from kernels.registry import get_provider
-    provider = get_provider("gdpa_triton")
+    provider = get_provider(name)
     b = make_batch([5, 0, 17], [7, 3, 20], H=2, D=16, dtype=torch.float32, seed=0)
     other = "bwd" if mode == "fwd" else "fwd"
     provider.build(b, CaseSpec(activation="silu"), other)()
     fn = provider.build(b, CaseSpec(activation="silu"), mode)  # a new case forgets the previous launches
     fn()
     got = provider.kernel_configs()
-    assert set(got) == kernels and all(v == "interpreter: (16, 16, 4, 1)" for v in got.values())
+    assert set(got) == kernels | {"dispatch"}, got
+    assert all({k: got[kernel][k] for k in INTERPRETED} == INTERPRETED for kernel in kernels), got
+    assert got["fwd"]["grid"] == [2, 3 * 2] and ("dkdv" not in got or got["dkdv"]["grid"] == [2, 3 * 2])
+    passes = {"fwd"} if mode == "fwd" else {"fwd", "bwd"}
+    assert set(got["dispatch"]) == passes and all(d["backend"] == "triton" for d in got["dispatch"].values())
+    if name == "gdpa_triton":
+        assert got["dispatch"]["fwd"]["reason"] == "triton: backend='triton' requested"
+    else:  # auto on CPU: the Hopper backend cannot run here, and the record says why
+        assert got["dispatch"]["fwd"]["reason"].startswith("triton: hopper unavailable: ")
 
 
-def test_kernel_config_names_an_experiment_variant(monkeypatch):
+def test_provider_pins_tiles_from_its_options():
     from kernels.registry import get_provider
-    monkeypatch.setenv("GDPA_FWD_PIPE", "1")
-    provider = get_provider("gdpa_triton")
-    b = make_batch([5, 17], [7, 20], H=2, D=16, dtype=torch.float32, seed=0)
-    provider.build(b, CaseSpec(activation="silu"), "fwd")()
-    assert provider.kernel_configs() == {"GDPA_FWD_CONFIG": "interpreter: (16, 16, 4, 1) PIPELINE_S"}
+    provider = get_provider("gdpa_triton", {"fwd_tiles": [32, 16, 4, 1], "dq_tiles": [16, 32, 2, 1]})
+    assert provider.options_record() == {"backend": "triton", "fwd_tiles": [32, 16, 4, 1], "dkdv_tiles": None,
+                                         "dq_tiles": [16, 32, 2, 1]}
+    b = make_batch([5, 40], [7, 20], H=2, D=16, dtype=torch.float32, seed=0)
+    provider.build(b, CaseSpec(), "fwd_bwd")()
+    got = provider.kernel_configs()
+    assert (got["fwd"]["tiles"], got["fwd"]["source"], got["fwd"]["grid"]) == ([32, 16, 4, 1], "pinned", [2, 4])
+    assert (got["dq"]["tiles"], got["dq"]["source"]) == ([16, 32, 2, 1], "pinned")
+    assert got["dkdv"]["source"] == "interpreter"
 
 
 def test_shipped_forward_tiles_allow_the_causal_mask_split():
@@ -357,8 +376,9 @@ def test_autotune_key_tells_a_half_filled_batch_from_a_full_one():
     """Keyed on max length alone, the first batch of a max length chose the tiles for every later one
     (two shards running cases in different orders then timed different configs: 6% apart)."""
     from kernels.gdpa import bwd, fwd
+    from kernels.gdpa.launch import TUNING_KEY, tuning_key
     full, half = make_batch([512] * 8, [512] * 8, H=2, D=16), make_batch([256] * 8, [512] * 8, H=2, D=16)
-    assert gi._buckets(full.q, full.k, 512, 512) != gi._buckets(half.q, half.k, 512, 512)
-    for tuned in (fwd.gdpa_fwd_kernel_tuned, fwd.gdpa_fwd_tma_kernel_tuned, bwd.gdpa_bwd_dkdv_kernel_tuned,
-                  bwd.gdpa_bwd_dq_kernel_tuned):
-        assert {"max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket"} <= set(tuned.keys)
+    assert tuning_key(full.q, full.k, 512, 512) != tuning_key(half.q, half.k, 512, 512)
+    assert set(tuning_key(full.q, full.k, 512, 512)) == set(TUNING_KEY)
+    for tuned in (fwd.gdpa_fwd_kernel_tuned, bwd.gdpa_bwd_dkdv_kernel_tuned, bwd.gdpa_bwd_dq_kernel_tuned):
+        assert set(TUNING_KEY) <= set(tuned.keys)

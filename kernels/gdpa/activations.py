@@ -1,10 +1,9 @@
 """GDPA activations as Triton device functions: value and derivative (DESIGN §3 table).
 
 `ACT` is a constexpr string, so each kernel is specialised to one activation and the branches below
-vanish at compile time. `HW_TANH` selects the tanh of the `fast_*` variants: 0 an overflow-safe exp formula (the interpreter,
-and the exact variants always), 1 the one-instruction hardware `tanh.approx.f32` (inline PTX), 2 the
-packed `tanh.approx.f16x2`, which gives two results per special-function-unit issue (half the MUFU
-time, fp16 precision: still far below the bf16 rounding of P).
+vanish at compile time. `HW_TANH` (a constexpr the launcher sets from the device) selects the tanh of
+the `fast_*` variants: on a GPU the one-instruction hardware `tanh.approx.f32` (inline PTX), in the
+CPU interpreter (which has no PTX) an overflow-safe exp formula — the exact variants always use that.
 """
 import triton
 import triton.language as tl
@@ -22,13 +21,6 @@ def _tanh_hw(x):
 
 
 @triton.jit
-def _tanh_hw_f16x2(x):
-    t = tl.inline_asm_elementwise("tanh.approx.f16x2 $0, $1;", "=r,r", [x.to(tl.float16)],
-                                  dtype=tl.float16, is_pure=True, pack=2)
-    return t.to(tl.float32)
-
-
-@triton.jit
 def _tanh_exact(x):
     e = tl.exp(-2.0 * tl.abs(x))
     t = (1.0 - e) / (1.0 + e)
@@ -37,9 +29,7 @@ def _tanh_exact(x):
 
 @triton.jit
 def _tanh(x, HW_TANH: tl.constexpr):
-    if HW_TANH == 2:
-        return _tanh_hw_f16x2(x)
-    elif HW_TANH == 1:
+    if HW_TANH:
         return _tanh_hw(x)
     else:
         return _tanh_exact(x)

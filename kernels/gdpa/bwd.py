@@ -2,40 +2,35 @@
 
 No softmax means no LSE and no row-sum preprocessing: each score tile is recomputed from Q and K.
 `dkdv` owns a BLOCK_N tile of keys of one KV head and loops over every query row (and, for GQA, every
-query head of its group) accumulating dK and dV in registers. dQ comes one of two ways:
-- split (7 GEMM-equivalents per tile pair): a separate `dq` kernel owns a BLOCK_M tile of queries and
-  recomputes S and dP for it; no atomics, deterministic.
-- atomic (5 GEMM-equivalents): `dkdv` also forms dS·K for its key tile and adds it into an fp32 dQ
-  accumulator, either with per-element atomics (ATOMIC_DQ=1) or with TMA bulk reductions through a
-  host-built descriptor (ATOMIC_DQ=2); summation order then varies from run to run.
+query head of its group) accumulating dK and dV in registers. A separate `dq` kernel owns a BLOCK_M
+tile of queries and recomputes S and dP for it: 7 GEMM-equivalents per tile pair for the 5 the FLOP
+convention counts, but no atomics and deterministic (the 5-GEMM atomic-dQ form measured 32–45% slower:
+PERF.md, "Rejected variants").
 The linear scales (qk_scale on P, qk_scale·alpha on dS) are applied once per output element in the
 epilogues, not per score. Every output row is written, including rows of sequences whose partner side
 is empty (their gradient is zero).
 """
-import torch
 import triton
 import triton.language as tl
 
+from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_bwd_scaled
-from kernels.gdpa.schedule import locate_tile
 from kernels.gdpa.tiles import triton_config
 
 
 @triton.jit
-def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, q_offsets, kv_offsets,
+def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, q_offsets, kv_offsets,
                          stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                          stride_dom, stride_doh, stride_dkm, stride_dkh, stride_dvm, stride_dvh,
-                         stride_dqm, stride_dqh,
-                         alpha, qk_scale, max_q_bucket, max_kv_bucket,
-                         rows_q_bucket, rows_kv_bucket,
-                         tile_offsets, n_seqs, search_steps,
+                         alpha, qk_scale,
+                         max_q_bucket, max_kv_bucket, rows_q_bucket, rows_kv_bucket,
                          HKV: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                         HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                         ATOMIC_DQ: tl.constexpr = 0, COMPACT: tl.constexpr = False):
-    b, hk, pid_n = locate_tile(tile_offsets, n_seqs, search_steps, HKV, COMPACT)
-    if b >= n_seqs:
-        return
+                         HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    # grid: (key tiles of the longest sequence, sequences · KV heads); a tile past its sequence's end exits
+    pid_n = tl.program_id(0)
+    b = tl.program_id(1) // HKV
+    hk = tl.program_id(1) % HKV
     kv_start = tl.load(kv_offsets + b).to(tl.int64)
     lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
     n0 = pid_n * BLOCK_N
@@ -75,15 +70,6 @@ def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, q_offsets, kv_offsets,
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             ds_t = tl.where(keep, dact_t * dp_t, 0.0).to(q.dtype)
             dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
-            if ATOMIC_DQ == 1:
-                dq_part = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)  # [BLOCK_M, D], unscaled
-                dq_ptrs = DQ_ACC + (q_start + rows)[:, None] * stride_dqm + h * stride_dqh + offs_d[None, :]
-                tl.atomic_add(dq_ptrs, dq_part, mask=q_ok[:, None], sem="relaxed")
-            elif ATOMIC_DQ == 2:
-                dq_part = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)
-                # DQ_ACC is a [ΣLq, H·D] descriptor: rows past this sequence's end carry zeros (masked
-                # dS), so reducing them into the next sequence's rows adds nothing
-                DQ_ACC.atomic_add([(q_start + start_m).to(tl.int32), h * D], dq_part)
 
     ds_scale = qk_scale * alpha
     tl.store(DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :],
@@ -96,16 +82,15 @@ def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, q_offsets, kv_offsets,
 def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
                        stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
                        stride_dom, stride_doh, stride_dqm, stride_dqh,
-                       alpha, qk_scale, max_q_bucket, max_kv_bucket,
-                       rows_q_bucket, rows_kv_bucket,
-                       tile_offsets, n_seqs, search_steps,
+                       alpha, qk_scale,
+                       max_q_bucket, max_kv_bucket, rows_q_bucket, rows_kv_bucket,
                        H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                       HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                       COMPACT: tl.constexpr = False):
-    b, h, pid_m = locate_tile(tile_offsets, n_seqs, search_steps, H, COMPACT)
-    if b >= n_seqs:
-        return
+                       HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    # grid: (query tiles of the longest sequence, sequences · heads); a tile past its sequence's end exits
+    pid_m = tl.program_id(0)
+    b = tl.program_id(1) // H
+    h = tl.program_id(1) % H
     q_start = tl.load(q_offsets + b).to(tl.int64)
     lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
     m0 = pid_m * BLOCK_M
@@ -145,10 +130,9 @@ def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
              (dq * (qk_scale * alpha)).to(DQ.dtype.element_ty), mask=q_ok[:, None])
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py)
-# Winners of the 2026-11-30 H200 sweeps (docs/tuning/): dkdv 64/128/8/3 on every shape (no config
-# with two CTAs per SM comes close: capping its registers spills dK/dV); dq 128/64/8/3, 64/32/4/3 capped
-# at 168 registers +4% at L = 256.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py), autotuned per launch.TUNING_KEY.
+# PERF.md v1–v3: dkdv 64/128/8/3 wins every shape (with two CTAs per SM its capped registers spill dK/dV);
+# dq 128/64/8/3, and 64/32/4/3 capped at 168 registers +4% at L = 256.
 DKDV_CONFIGS = [
     (64, 128, 8, 3),
     (64, 64, 4, 3),
@@ -158,40 +142,46 @@ DQ_CONFIGS = [
     (128, 64, 8, 2),
     (64, 32, 4, 3, 168),
 ]
-# candidates for the atomic-dQ dK/dV kernel (one more GEMM and a [BLOCK_M, D] fp32 tile live per step)
-ATOMIC_DKDV_CONFIGS = [
-    (64, 128, 8, 3),
-    (64, 128, 8, 2),
-    (64, 64, 4, 3),
-    (128, 64, 8, 2),
-]
-INTERPRET_CONFIG = (16, 16, 4, 1)
+
+gdpa_bwd_dkdv_kernel_tuned = triton.autotune(
+    configs=[triton_config(cfg) for cfg in DKDV_CONFIGS],
+    key=[*launch.TUNING_KEY, "HKV", "GROUPS", "D", "ACT", "CAUSAL"],
+)(gdpa_bwd_dkdv_kernel)
+gdpa_bwd_dq_kernel_tuned = triton.autotune(
+    configs=[triton_config(cfg) for cfg in DQ_CONFIGS],
+    key=[*launch.TUNING_KEY, "H", "GROUPS", "D", "ACT", "CAUSAL"],
+)(gdpa_bwd_dq_kernel)
 
 
-def set_dq_block(nargs):
-    """A host-built dQ descriptor's block is one BLOCK_M × D tile; the config decides BLOCK_M."""
-    acc = nargs.get("DQ_ACC")
-    if hasattr(acc, "block_shape"):
-        acc.block_shape = [nargs["BLOCK_M"], nargs["D"]]
+def _inputs(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, alpha, qk_scale, activation, causal) -> dict:
+    """Arguments the dK/dV and dQ kernels share."""
+    return dict(Q=q, K=k, V=v, DO=do, q_offsets=q_offsets, kv_offsets=kv_offsets,
+                stride_qm=q.stride(0), stride_qh=q.stride(1), stride_km=k.stride(0), stride_kh=k.stride(1),
+                stride_vm=v.stride(0), stride_vh=v.stride(1), stride_dom=do.stride(0), stride_doh=do.stride(1),
+                alpha=alpha, qk_scale=qk_scale, **launch.tuning_key(q, k, max_q, max_kv),
+                GROUPS=q.shape[1] // k.shape[1], **launch.common_constants(q, activation, causal))
 
 
-def _zero_dq_acc(nargs, reset_only=False):
-    # autotuning launches the kernel many times: the atomic dQ accumulator must start at zero each time
-    acc = nargs.get("DQ_ACC")
-    acc = getattr(acc, "base", acc)
-    if isinstance(acc, torch.Tensor):
-        acc.zero_()
-
-
-def _tuned(kernel, configs, key, **kw):
-    return triton.autotune(
-        configs=[triton_config(cfg, pre_hook=kw.get("config_hook")) for cfg in configs],
-        key=["max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket", "GROUPS", "D", "ACT", "CAUSAL",
-             "COMPACT", *key],
-        pre_hook=kw.get("pre_hook"),
-    )(kernel)
-
-
-gdpa_bwd_dkdv_kernel_tuned = _tuned(gdpa_bwd_dkdv_kernel, DKDV_CONFIGS, ["HKV", "ATOMIC_DQ"],
-                                    config_hook=set_dq_block, pre_hook=_zero_dq_acc)
-gdpa_bwd_dq_kernel_tuned = _tuned(gdpa_bwd_dq_kernel, DQ_CONFIGS, ["H"])
+def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
+             dkdv_tiles=None, dq_tiles=None, record=None):
+    """(dq, dk, dv): one dK/dV and one dQ launch (tiles None: autotuned); with `record`, record["dkdv"]
+    and record["dq"] say what ran (launch.run). Every row is written, zeros where the partner side of a
+    sequence is empty."""
+    do = do.contiguous()
+    dq, dk, dv = launch.new_output(q), launch.new_output(k), launch.new_output(v)
+    n_seqs, H, Hkv = q_offsets.numel() - 1, q.shape[1], k.shape[1]
+    if n_seqs == 0:
+        return dq, dk, dv
+    shared = _inputs(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, alpha, qk_scale, activation, causal)
+    if k.shape[0] > 0:
+        args = dict(shared, DK=dk, DV=dv, stride_dkm=dk.stride(0), stride_dkh=dk.stride(1),
+                    stride_dvm=dv.stride(0), stride_dvh=dv.stride(1), HKV=Hkv)
+        launch.run(gdpa_bwd_dkdv_kernel, gdpa_bwd_dkdv_kernel_tuned, args,
+                   lambda block_m, block_n: (triton.cdiv(max(max_kv, 1), block_n), n_seqs * Hkv),
+                   dkdv_tiles, q.device, record, "dkdv")
+    if q.shape[0] > 0:
+        args = dict(shared, DQ=dq, stride_dqm=dq.stride(0), stride_dqh=dq.stride(1), H=H)
+        launch.run(gdpa_bwd_dq_kernel, gdpa_bwd_dq_kernel_tuned, args,
+                   lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * H),
+                   dq_tiles, q.device, record, "dq")
+    return dq, dk, dv

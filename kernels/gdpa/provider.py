@@ -1,45 +1,102 @@
-"""Harness provider `gdpa_triton`: our Triton GDPA kernels through the public `gdpa()` op."""
+"""Harness providers of the GDPA op, each the public `gdpa()` called as a user calls it (default
+`validate="host"`: no host sync in the timed call) with its own options:
+
+- `gdpa`: the op with its defaults (backend "auto": per call, Hopper or Triton by the dispatch rule);
+- `gdpa_triton`: backend "triton" — our Triton kernels;
+- `gdpa_hopper`: backend "hopper" — the warp-specialized Hopper kernel (kernels/gdpa/hopper).
+
+A config's provider entry lays its options over these (`{name: gdpa_triton, label: ..., options:
+{fwd_tiles: [64, 32, 4, 1]}}`; kernels/gdpa/options.py); they are parsed once, at config load. Each case
+records what ran (`kernel_config`: the op's `record` — backend and reason per pass, tiles per kernel).
+"""
 from __future__ import annotations
+
+import copy
+from typing import ClassVar
 
 import torch
 
-from kernels.gdpa.interface import LAUNCHED, SUPPORTED_HEAD_DIMS, gdpa
+from kernels.gdpa import dispatch
+from kernels.gdpa.interface import SUPPORTED_HEAD_DIMS, gdpa
+from kernels.gdpa.options import GDPAOptions
 from kernels.registry import CaseSpec, Provider, register
 from workloads.batch import JaggedBatch
 
 
-@register
-class GDPATritonProvider(Provider):
-    name = "gdpa_triton"
+def _triton_unavailable(device: torch.device) -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return "triton is not installed"
+    if torch.device(device).type == "cpu" and not triton.knobs.runtime.interpret:
+        return "on CPU the Triton kernels need the interpreter: set TRITON_INTERPRET=1"
+    return None
+
+
+def _triton_unsupported(batch: JaggedBatch) -> str | None:
+    if batch.D not in SUPPORTED_HEAD_DIMS:
+        return f"head_dim {batch.D} not supported; allowed: {SUPPORTED_HEAD_DIMS}"
+    if batch.device.type == "cpu" and batch.dtype == torch.bfloat16:
+        return "bf16 tl.dot is wrong in triton 3.6's interpreter; use fp16/fp32 on CPU"
+    return None
+
+
+class _GDPAOpProvider(Provider):
     semantics = "gdpa"
-    description = "our GDPA Triton kernels (jagged, fwd + split dK/dV and dQ bwd)"
+    backend: ClassVar[str] = "auto"
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self.record: dict = {}
+
+    def parse_options(self, options: dict) -> GDPAOptions:
+        try:
+            return GDPAOptions(backend=self.backend).merged(options)
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: {exc}") from None
+
+    def options_record(self) -> dict:
+        return self.options.to_dict()
 
     def availability(self, device: torch.device) -> str | None:
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "triton is not installed"
-        import os
-        if torch.device(device).type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-            return "on CPU the Triton kernels need the interpreter: set TRITON_INTERPRET=1"
-        return None
+        if self.options.backend == "hopper":
+            return dispatch.hopper_unavailable(device)
+        return _triton_unavailable(device)
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
-        if batch.D not in SUPPORTED_HEAD_DIMS:
-            return f"head_dim {batch.D} not supported; allowed: {SUPPORTED_HEAD_DIMS}"
-        if batch.device.type == "cpu" and batch.dtype == torch.bfloat16:
-            return "bf16 tl.dot is wrong in triton 3.6's interpreter; use fp16/fp32 on CPU"
-        return None
+        if self.options.backend == "hopper":
+            return dispatch.hopper_unsupported(batch.q, batch.k, batch.v, spec.activation, spec.causal)
+        return _triton_unsupported(batch)
 
     def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str):
-        LAUNCHED.clear()  # so kernel_configs() reports only this case's launches
+        self.record.clear()  # kernel_configs() reports this case's launches only
         return super().build(batch, spec, mode)
 
-    def kernel_configs(self) -> dict[str, str] | None:
-        return dict(LAUNCHED) or None
+    def kernel_configs(self) -> dict | None:
+        return copy.deepcopy(self.record) or None
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
-        # offsets were validated when the batch was built; skip the host sync in the timed call
-        return gdpa(batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, batch.max_q,
-                    batch.max_kv, activation=spec.activation, alpha=spec.alpha,
-                    qk_scale=spec.qk_scale, causal=spec.causal, validate_offsets=False)
+        return gdpa(batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv,
+                    activation=spec.activation, alpha=spec.alpha, qk_scale=spec.qk_scale, causal=spec.causal,
+                    options=self.options, record=self.record)
+
+
+@register
+class GDPAProvider(_GDPAOpProvider):
+    name = "gdpa"
+    description = "the public GDPA op as a user calls it (backend auto: Hopper or Triton per call)"
+    backend = "auto"
+
+
+@register
+class GDPATritonProvider(_GDPAOpProvider):
+    name = "gdpa_triton"
+    description = "our GDPA Triton kernels (jagged, fwd + split dK/dV and dQ bwd)"
+    backend = "triton"
+
+
+@register
+class GDPAHopperProvider(_GDPAOpProvider):
+    name = "gdpa_hopper"
+    description = "our warp-specialized GDPA kernel for Hopper (kernels/gdpa/hopper)"
+    backend = "hopper"

@@ -1,0 +1,88 @@
+"""Launching one GDPA Triton kernel: pinned tiles or the autotuner, and the record of what ran.
+
+Shared by the launchers in fwd.py and bwd.py. Nothing here reads device memory: a launch is enqueued
+and returns (the autotuner's first call per tuning key times its configs, which waits for the GPU).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+
+from kernels.gdpa.tiles import launch_kwargs, tiles_of
+
+# The CPU interpreter runs one fixed tile unless the caller pins one (autotuning it would only cost time)
+INTERPRETER_TILES = (16, 16, 4, 1)
+
+# Shape part of every kernel's autotuning key: max lengths and total rows, each rounded up to a power of
+# two. Total rows tell a half-filled batch from a full one of the same max length: their best tiles
+# differ (set1 L=512 fill 0.5 vs 1.0: tied vs 6% apart), and keyed on max length alone the first batch
+# seen chose for both — so a case's config depended on which case ran before it in the process.
+TUNING_KEY = ["max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket"]
+
+
+def _bucket(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 16))
+
+
+def tuning_key(q: torch.Tensor, k: torch.Tensor, max_q: int, max_kv: int) -> dict:
+    return dict(max_q_bucket=_bucket(max_q), max_kv_bucket=_bucket(max_kv), rows_q_bucket=_bucket(q.shape[0]),
+                rows_kv_bucket=_bucket(k.shape[0]))
+
+
+def common_constants(q: torch.Tensor, activation: str, causal: bool) -> dict:
+    """Compile-time constants every GDPA kernel takes."""
+    return dict(D=q.shape[2], ACT=activation, CAUSAL=bool(causal),
+                # the hardware tanh is inline PTX, which the CPU interpreter cannot run
+                HW_TANH=q.device.type == "cuda",
+                # fp32 inputs: exact fp32 products (tf32 would fail an fp32 correctness check)
+                PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+
+
+# Test seam (documented, not private): while `poisoned_outputs()` is active every output the kernels
+# write (out, dq, dk, dv) starts filled with NaN instead of uninitialised memory, so an element a kernel
+# forgets to write shows in the comparison with the reference.
+_output_fill: float | None = None
+
+
+def new_output(like: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(like) if _output_fill is None else torch.full_like(like, _output_fill)
+
+
+@contextlib.contextmanager
+def poisoned_outputs(value: float = float("nan")):
+    global _output_fill
+    previous, _output_fill = _output_fill, value
+    try:
+        yield
+    finally:
+        _output_fill = previous
+
+
+def run(plain, tuned, args: dict, grid, tiles, device: torch.device, record: dict | None, name: str) -> None:
+    """Launch `plain` with pinned `tiles`, or `tuned` (autotuned) when tiles is None; in the CPU
+    interpreter unpinned tiles are INTERPRETER_TILES. `grid(BLOCK_M, BLOCK_N)` is the launch grid.
+    With `record`, record[name] says what ran: the tiles, where they came from ("autotuned", "pinned",
+    "interpreter"), the grid, and on a GPU the compiled kernel's registers, spills and shared memory."""
+    interpreter = device.type != "cuda"
+    source = "pinned"
+    if tiles is None and interpreter:
+        tiles, source = INTERPRETER_TILES, "interpreter"
+    if tiles is None:
+        kernel = tuned[lambda meta: grid(meta["BLOCK_M"], meta["BLOCK_N"])](**args)
+        if record is None:
+            return
+        tiles, source = tiles_of(tuned.best_config), "autotuned"
+    else:
+        kw = launch_kwargs(tiles)
+        if interpreter:
+            kw.pop("maxnreg", None)
+        kernel = plain[grid(tiles[0], tiles[1])](**args, **kw)
+        if record is None:
+            return
+    entry = {"tiles": list(tiles), "source": source, "interpreter": interpreter,
+             "grid": list(grid(tiles[0], tiles[1]))}
+    if getattr(kernel, "n_regs", None) is not None:  # a compiled kernel (the interpreter returns None)
+        entry.update(n_regs=kernel.n_regs, n_spills=kernel.n_spills, shared_bytes=kernel.metadata.shared)
+    record[name] = entry

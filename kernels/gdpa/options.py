@@ -1,0 +1,95 @@
+"""Options of the GDPA op: which backend runs it and which tiles each Triton kernel launches with.
+
+    from kernels.gdpa import GDPAOptions, gdpa
+    out = gdpa(q, k, v, q_offsets, kv_offsets, max_q, max_kv,
+               options=GDPAOptions(backend="triton", fwd_tiles=(128, 64, 8, 3)))
+
+A harness config names the same options per provider entry (kernels/gdpa/provider.py):
+
+    providers:
+      - {name: gdpa_triton, label: fwd_128x64x8x3, options: {fwd_tiles: [128, 64, 8, 3]}}
+
+Tiles are spelt as kernels/gdpa/tiles.py spells them: (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]);
+None (the default) lets the autotuner pick among the kernel's configs. This package reads no environment
+variable: every choice is one of these options or follows from the hardware.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+BACKENDS = ("auto", "triton", "hopper")
+TILE_OPTIONS = ("fwd_tiles", "dkdv_tiles", "dq_tiles")
+TILES_SPELLING = "[BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)]"
+
+Tiles = tuple  # (BLOCK_M, BLOCK_N, num_warps, num_stages) or with maxnreg as a fifth value
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def parse_tiles(name: str, value: Any) -> Tiles | None:
+    """`value` as a tile tuple, or ValueError with one line naming option `name`."""
+    if value is None:
+        return None
+    ok = (isinstance(value, Sequence) and not isinstance(value, str) and len(value) in (4, 5)
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in value))
+    if not ok:
+        raise ValueError(f"{name}: expected {TILES_SPELLING} integers, got {value!r}")
+    m, n, warps, stages = value[:4]
+    if not (_power_of_two(m) and _power_of_two(n) and m >= 16 and n >= 16):
+        raise ValueError(f"{name}: BLOCK_M and BLOCK_N must be powers of two >= 16 (tl.dot), got {list(value)}")
+    if not (_power_of_two(warps) and warps <= 16):
+        raise ValueError(f"{name}: num_warps must be 1, 2, 4, 8 or 16, got {warps}")
+    if stages < 1:
+        raise ValueError(f"{name}: num_stages must be >= 1, got {stages}")
+    if len(value) == 5 and value[4] < 0:
+        raise ValueError(f"{name}: maxnreg must be >= 0 (0 = no register cap), got {value[4]}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class GDPAOptions:
+    """backend: "auto" (the default; per call, the Hopper kernel where it is available, supports the
+    call and the measured rule says it wins, else Triton — the choice and its reason go to `record`),
+    "triton" or "hopper" (an error where it cannot run, never a silent fallback).
+    fwd_tiles / dkdv_tiles / dq_tiles: pinned tiles of the Triton forward, dK/dV and dQ kernels; None
+    autotunes. A causal forward needs BLOCK_M to be a multiple of BLOCK_N (checked at the call)."""
+
+    backend: str = "auto"
+    fwd_tiles: Tiles | None = None
+    dkdv_tiles: Tiles | None = None
+    dq_tiles: Tiles | None = None
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        for name in TILE_OPTIONS:
+            object.__setattr__(self, name, parse_tiles(name, getattr(self, name)))
+
+    @classmethod
+    def allowed(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_dict(cls, options: Mapping[str, Any]) -> GDPAOptions:
+        """Options from a config mapping; ValueError with one line naming the bad key and what is allowed."""
+        if not isinstance(options, Mapping):
+            raise ValueError(f"options: expected a mapping with keys {', '.join(cls.allowed())}, "
+                             f"got {type(options).__name__}")
+        for key in options:
+            if key not in cls.allowed():
+                raise ValueError(f"unknown option {key!r}; allowed: {', '.join(cls.allowed())}")
+        return cls(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (tiles as lists), what a results file records."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+
+    def merged(self, options: Mapping[str, Any]) -> GDPAOptions:
+        """These options with `options` (a config mapping) laid over them."""
+        if not isinstance(options, Mapping):
+            return GDPAOptions.from_dict(options)  # raises the one-line error
+        return GDPAOptions.from_dict({**self.to_dict(), **options})
