@@ -251,3 +251,20 @@ def test_provider_calls_the_op_with_its_options_and_record():
     assert got["dkdv"]["tiles"] == [32, 16, 4, 1] and got["dkdv"]["source"] == "pinned"
     got["dkdv"]["tiles"] = None
     assert p.kernel_configs()["dkdv"]["tiles"] == [32, 16, 4, 1]  # a copy: the runner's record is its own
+
+
+def test_the_tile_sweep_config_names_valid_options_matching_its_labels():
+    """configs/tune-gdpa.yaml: every candidate parses (a typo would fail the config at load) and its
+    label spells the tiles it pins, so a results table reads right."""
+    import pathlib
+    import re
+
+    import yaml
+    cfg = yaml.safe_load((pathlib.Path(__file__).parents[1] / "configs" / "tune-gdpa.yaml").read_text())
+    entries = [e for s in cfg["sets"] for e in s["providers"] if isinstance(e, dict)]
+    assert len({e["label"] for e in entries}) == 13
+    for e in entries:
+        p = get_provider(e["name"], e["options"])
+        kernel, spelled = re.fullmatch(r"(fwd|dkdv|dq)_(\w+)", e["label"]).groups()
+        tiles = p.options_record()[f"{kernel}_tiles"]
+        assert spelled == "x".join(map(str, tiles[:4])) + (f"r{tiles[4]}" if len(tiles) > 4 else ""), e
