@@ -1,32 +1,43 @@
-"""Benchmark configs: YAML → validated models → the list of cases a run executes.
+"""Benchmark configs: YAML (or a dict) → validated models → the cases a run executes (docs/DESIGN.md §7).
 
 A config names the hardware target and power cap, the workload sets (shapes, dtype, activation,
 max lengths, length family and its parameters, the Q/KV pairing rule, seeds), the providers, the modes,
 the baseline provider, timing budgets and the output directory. Any list-valued workload field is a
-sweep axis: the cases are the cartesian product, and every swept axis appears in the case id
-(`set1/fwd/L=1024/fill=1.0/gdpa_triton`, the peer benchmark's naming).
+sweep axis (bench.cases).
+
+A provider entry is a registry name or a mapping `{name, label, options}`: the same provider may run
+twice with different options under two labels, e.g. `{name: gdpa_triton, label: gdpa_triton_pinned,
+options: {fwd_tiles: [64, 32, 4, 1]}}`. The label (default: the name) names the cases and must be
+unique; a set's `providers:` may repeat a label defined at the top level by naming it. Options are
+parsed by the provider when the config loads, so a bad option is a config error.
 
 Every problem becomes one `ConfigError` line naming the file, the field and what is allowed.
 """
 from __future__ import annotations
 
 import hashlib
-import itertools
+import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from bench.cases import Case, ProviderSpec, Workload, as_list, cases_of, dtype_of, expand_set
+from bench.errors import ConfigError
 from kernels.activations import ACTIVATION_NAMES
-from kernels.registry import MODES, provider_names
+from kernels.registry import MODES, get_provider, provider_names
 
 DTYPES = ("bf16", "fp16", "fp32")
+DICT_SOURCE = "<config dict>"  # how errors name a config given as a Python dict
+LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
-
-class ConfigError(Exception):
-    """A bad config: the message is one line, ready to print."""
+__all__ = ["DICT_SOURCE", "MODES", "BenchConfig", "Case", "ConfigError", "LoadedConfig", "ProviderSpec", "Workload",
+           "default_run_dir", "dtype_of", "load_config"]
 
 
 class _Strict(BaseModel):
@@ -52,10 +63,8 @@ class Power(_Strict):
     enabled: bool = True
     period_ms: float = Field(10.0, gt=0)
     energy_loop_s: float = Field(1.0, ge=0)
-    # run the energy loop before the timed samples instead of after: the samples then start with the GPU
-    # in its power-capped steady state rather than in whatever state the previous case left. Alone it
-    # did not make short windows reproducible (docs/multi-gpu.md: with it, 60 ms windows of two runs
-    # still differed by up to 9.5%); the sample window length did (timing.rep_ms)
+    # The energy loop before the timed samples instead of after: the samples then start in the
+    # power-capped steady state rather than in whatever state the previous case left (docs/DESIGN.md §5).
     energy_loop_first: bool = False
     # case ids matching this regex are timed twice, with and without the sampling thread, to measure
     # what monitoring costs
@@ -81,8 +90,22 @@ class Hardware(_Strict):
         return v
 
 
-def _as_list(v) -> list:
-    return list(v) if isinstance(v, (list, tuple)) else [v]
+class ProviderEntry(_Strict):
+    name: str = Field(min_length=1)
+    label: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, v):
+        if v is not None and not LABEL_RE.fullmatch(v):
+            raise ValueError(f"label {v!r}: allowed: letters, digits and _ . + - (it becomes part of case ids)")
+        return v
+
+
+def _entries(v):
+    """A provider list may mix names and mappings: a name is `{name: ...}`."""
+    return [{"name": e} if isinstance(e, str) else e for e in v] if isinstance(v, list) else v
 
 
 class WorkloadSet(_Strict):
@@ -102,12 +125,17 @@ class WorkloadSet(_Strict):
     seed: int | list[int] = 0
     sort_by_length: bool | list[bool] = False
     modes: list[Literal["fwd", "bwd", "fwd_bwd"]] | None = None
-    providers: list[str] | None = None
+    providers: list[ProviderEntry] | None = None
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _provider_entries(cls, v):
+        return _entries(v)
 
     @field_validator("activation")
     @classmethod
     def _activation(cls, v):
-        for a in _as_list(v):
+        for a in as_list(v):
             if a not in ACTIVATION_NAMES:
                 raise ValueError(f"unknown activation {a!r}; allowed: {', '.join(ACTIVATION_NAMES)}")
         return v
@@ -115,7 +143,7 @@ class WorkloadSet(_Strict):
     @field_validator("max_len")
     @classmethod
     def _max_len(cls, v):
-        for n in _as_list(v):
+        for n in as_list(v):
             if not isinstance(n, int) or n <= 0:
                 raise ValueError(f"max lengths must be positive integers, got {n!r}")
         return v
@@ -133,7 +161,7 @@ class BenchConfig(_Strict):
     description: str = ""
     device: Literal["cuda", "cpu"] = "cuda"
     hardware: Hardware = Hardware()
-    providers: list[str] = Field(min_length=1)
+    providers: list[ProviderEntry] = Field(min_length=1)
     baseline: str | None = None
     modes: list[Literal["fwd", "bwd", "fwd_bwd"]] = ["fwd", "bwd", "fwd_bwd"]
     timing: Timing = Timing()
@@ -142,16 +170,13 @@ class BenchConfig(_Strict):
     output_dir: str = "runs"
     sets: list[WorkloadSet] = Field(min_length=1)
 
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _provider_entries(cls, v):
+        return _entries(v)
+
     @model_validator(mode="after")
     def _names(self):
-        known = provider_names()
-        for where, names in [("providers", self.providers)] + [
-                (f"sets.{s.name}.providers", s.providers or []) for s in self.sets]:
-            for p in names:
-                if p not in known:
-                    raise ValueError(f"{where}: unknown provider {p!r}; allowed: {', '.join(known)}")
-        if self.baseline is not None and self.baseline not in known:
-            raise ValueError(f"baseline: unknown provider {self.baseline!r}; allowed: {', '.join(known)}")
         seen = set()
         for s in self.sets:
             if s.name in seen:
@@ -160,126 +185,109 @@ class BenchConfig(_Strict):
         return self
 
 
-@dataclass(frozen=True)
-class Workload:
-    """One concrete workload: a set at one point of its sweep."""
-
-    name: str  # e.g. set1/L=1024/fill=1.0
-    set: str
-    max_len: int
-    sweep: dict  # swept axis -> value (besides L)
-    B: int
-    H: int
-    Hkv: int
-    D: int
-    dtype: str
-    activation: str
-    alpha: float
-    qk_scale: float
-    causal: bool
-    family: str
-    family_params: dict
-    rule: str
-    rule_params: dict
-    seed: int
-    sort_by_length: bool
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    workload: Workload
-    provider: str
-    mode: str
-
-
 @dataclass
 class LoadedConfig:
-    path: Path
+    path: Path  # the file, or Path(DICT_SOURCE) for a dict
     model: BenchConfig
     sha256: str
     cases: list[Case] = field(default_factory=list)
+    providers: dict[str, ProviderSpec] = field(default_factory=dict)  # label -> spec, config order
 
     @property
     def name(self) -> str:
-        return self.model.name or self.path.stem
+        if self.model.name:
+            return self.model.name
+        return "config" if str(self.path) == DICT_SOURCE else self.path.stem
+
+    @property
+    def baseline(self) -> str | None:
+        return self.model.baseline
 
 
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
+def default_run_dir(cfg: LoadedConfig) -> Path:
+    """`<output_dir>/<config name>-<UTC time>`: where a run goes without --out."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(cfg.model.output_dir) / f"{cfg.name}-{stamp}"
+
+
+# ----------------------------------------------------------------------------------------- providers
+
+
+def _spec(entry: ProviderEntry, where: str, known: list[str], path) -> ProviderSpec:
+    if entry.name not in known:
+        raise ConfigError(f"{path}: {where}: unknown provider {entry.name!r}; allowed: {', '.join(known)}")
+    try:
+        get_provider(entry.name, entry.options or None)  # parses the options: a bad one fails here
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {where}.options: {exc}") from None
+    return ProviderSpec(label=entry.label or entry.name, name=entry.name, options=dict(entry.options))
+
+
+def resolve_providers(model: BenchConfig, path) -> tuple[list[ProviderSpec], dict[str, list[ProviderSpec]]]:
+    """The labelled providers of the config and of each set that has its own list; one-line errors."""
+    known = provider_names()
+    top: list[ProviderSpec] = []
+    defined: dict[str, ProviderSpec] = {}
+    for i, e in enumerate(model.providers):
+        spec = _spec(e, f"providers.{i}", known, path)
+        if spec.label in defined:
+            raise ConfigError(f"{path}: providers.{i}: the label {spec.label!r} is used twice; "
+                              "give each entry its own label")
+        defined[spec.label] = spec
+        top.append(spec)
+    per_set: dict[str, list[ProviderSpec]] = {}
+    for s in model.sets:
+        if s.providers is None:
+            continue
+        specs: list[ProviderSpec] = []
+        for i, e in enumerate(s.providers):
+            where = f"sets.{s.name}.providers.{i}"
+            if e.label is None and not e.options and e.name in defined:
+                spec = defined[e.name]  # a label (or a plain name) defined at the top level
+            else:
+                spec = _spec(e, where, known, path)
+                if spec.label in defined and defined[spec.label] != spec:
+                    raise ConfigError(f"{path}: {where}: the label {spec.label!r} is already defined with other "
+                                      "options; give this entry its own label")
+                defined.setdefault(spec.label, spec)
+            if any(p.label == spec.label for p in specs):
+                raise ConfigError(f"{path}: {where}: the label {spec.label!r} is listed twice")
+            specs.append(spec)
+        per_set[s.name] = specs
+    return top, per_set
+
+
+# ------------------------------------------------------------------------------------------- loading
 
 
 def _loc(loc: tuple) -> str:
     return ".".join(str(p) for p in loc if p not in ("function-after",)) or "(top level)"
 
 
-def _expand_set(s: WorkloadSet, path: Path) -> list[Workload]:
-    from workloads import check_family_params, check_pairing_params
-
-    lengths = dict(s.lengths)
-    family = lengths.pop("family", None)
-    if not isinstance(family, str):
-        raise ConfigError(f"{path}: sets.{s.name}.lengths.family: required (a length family name)")
-    kv = dict(s.kv)
-    rule = kv.pop("rule", "self")
-    axes: dict[str, list] = {}
-    for key, val in lengths.items():
-        axes[f"lengths.{key}"] = _as_list(val)
-    for key, val in kv.items():
-        axes[f"kv.{key}"] = _as_list(val)
-    axes["activation"] = _as_list(s.activation)
-    axes["seed"] = _as_list(s.seed)
-    axes["sort_by_length"] = _as_list(s.sort_by_length)
-    swept = {k for k, v in {**lengths, **kv, "activation": s.activation, "seed": s.seed,
-                            "sort_by_length": s.sort_by_length}.items() if isinstance(v, (list, tuple))}
-    out = []
-    keys = list(axes)
-    for L in _as_list(s.max_len):
-        for combo in itertools.product(*(axes[k] for k in keys)):
-            point = dict(zip(keys, combo))
-            fparams = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("lengths.")}
-            rparams = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("kv.")}
-            if rule == "fixed_kv" and rparams.get("kv_len") in (None, "max_len"):
-                rparams["kv_len"] = L
-            try:
-                check_family_params(family, fparams, max_len=L)
-            except ValueError as exc:
-                raise ConfigError(f"{path}: sets.{s.name}.lengths: {exc}") from None
-            try:
-                check_pairing_params(rule, rparams)
-            except ValueError as exc:
-                raise ConfigError(f"{path}: sets.{s.name}.kv: {exc}") from None
-            sweep = {}
-            for k, v in point.items():
-                short = k.split(".", 1)[-1]
-                if short in swept:
-                    sweep["sort" if short == "sort_by_length" else short] = v
-            label = "/".join([f"L={L}"] + [f"{k}={_fmt(v)}" for k, v in sweep.items()])
-            out.append(Workload(
-                name=f"{s.name}/{label}", set=s.name, max_len=L, sweep=sweep, B=s.B, H=s.H,
-                Hkv=s.Hkv or s.H, D=s.D, dtype=s.dtype, activation=point["activation"], alpha=s.alpha,
-                qk_scale=s.qk_scale, causal=s.causal, family=family, family_params=fparams, rule=rule,
-                rule_params=rparams, seed=point["seed"], sort_by_length=point["sort_by_length"]))
-    return out
+def _validation_message(exc: ValidationError, data: dict, path) -> str:
+    err = exc.errors()[0]
+    loc = list(err["loc"])
+    # name sets by their `name` rather than their index, so the message points at the YAML
+    if len(loc) >= 2 and loc[0] == "sets" and isinstance(loc[1], int):
+        sets = data.get("sets") or []
+        if loc[1] < len(sets) and isinstance(sets[loc[1]], dict) and "name" in sets[loc[1]]:
+            loc[1] = sets[loc[1]]["name"]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] == "literal_error":
+        msg = f"{msg}, got {err.get('input')!r}"
+    return f"{path}: {_loc(tuple(loc))}: {msg}"
 
 
-def expand_cases(model: BenchConfig, path: Path) -> list[Case]:
-    cases = []
-    for s in model.sets:
-        modes = s.modes or model.modes
-        providers = s.providers or model.providers
-        for w in _expand_set(s, path):
-            for mode in modes:
-                for p in providers:
-                    wl = w.name.split("/", 1)[1]
-                    cases.append(Case(id=f"{w.set}/{mode}/{wl}/{p}", workload=w, provider=p, mode=mode))
-    return cases
-
-
-def load_config(path: str | Path) -> LoadedConfig:
-    path = Path(path)
+def _read(source: str | Path | Mapping) -> tuple[Path, dict, bytes]:
+    if isinstance(source, Mapping):
+        data = dict(source)
+        raw = json.dumps(data, sort_keys=True, default=str).encode()
+        return Path(DICT_SOURCE), data, raw
+    path = Path(source)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     raw = path.read_bytes()
@@ -289,37 +297,54 @@ def load_config(path: str | Path) -> LoadedConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    return path, data, raw
+
+
+def load_config(source: str | Path | Mapping) -> LoadedConfig:
+    """Validate a config (a YAML file, or a dict with the same fields) and expand its cases.
+
+    Raises `ConfigError` with one line naming the file (or `<config dict>`), the field and what is
+    allowed."""
+    from workloads import check_family_params, check_pairing_params
+
+    path, data, raw = _read(source)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config fields")
     try:
         model = BenchConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = list(err["loc"])
-        # name sets by their `name` rather than their index, so the message points at the YAML
-        if len(loc) >= 2 and loc[0] == "sets" and isinstance(loc[1], int):
-            sets = data.get("sets") or []
-            if loc[1] < len(sets) and isinstance(sets[loc[1]], dict) and "name" in sets[loc[1]]:
-                loc[1] = sets[loc[1]]["name"]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "literal_error":
-            msg = f"{msg}, got {err.get('input')!r}"
-        raise ConfigError(f"{path}: {_loc(tuple(loc))}: {msg}") from None
-    if model.baseline is None and model.providers:
-        model = model.model_copy(update={"baseline": model.providers[0]})
-    loaded = LoadedConfig(path=path, model=model, sha256=hashlib.sha256(raw).hexdigest())
-    loaded.cases = expand_cases(model, path)
-    return loaded
+        raise ConfigError(_validation_message(exc, data, path)) from None
+    top, per_set = resolve_providers(model, path)
+    labels = {p.label: p for p in top}
+    for specs in per_set.values():
+        labels.update({p.label: p for p in specs if p.label not in labels})
+    if model.baseline is None:
+        model = model.model_copy(update={"baseline": top[0].label})
+    elif model.baseline not in labels:
+        raise ConfigError(f"{path}: baseline: {model.baseline!r} is not one of the config's providers; "
+                          f"allowed: {', '.join(labels)}")
 
+    def family_ok(set_name: str):
+        def check(family, params, max_len):
+            if not isinstance(family, str):
+                raise ConfigError(f"{path}: sets.{set_name}.lengths.family: required (a length family name)")
+            try:
+                check_family_params(family, params, max_len=max_len)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: sets.{set_name}.lengths: {exc}") from None
+        return check
 
-def dtype_of(name: str):
-    import torch
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+    def pairing_ok(set_name: str):
+        def check(rule, params):
+            try:
+                check_pairing_params(rule, params)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: sets.{set_name}.kv: {exc}") from None
+        return check
 
-
-__all__ = ["BenchConfig", "Case", "ConfigError", "LoadedConfig", "MODES", "Workload", "dtype_of",
-           "expand_cases", "load_config"]
+    cases: list[Case] = []
+    for s in model.sets:
+        workloads = expand_set(s, family_ok(s.name), pairing_ok(s.name))
+        cases += cases_of(workloads, list(s.modes or model.modes), per_set.get(s.name, top))
+    return LoadedConfig(path=path, model=model, sha256=hashlib.sha256(raw).hexdigest(), cases=cases,
+                        providers=labels)

@@ -4,7 +4,8 @@ For each selected case a child process builds the case, runs it once to compile/
 timed-region call between cudaProfilerStart/Stop; `ncu --profile-from-start off` profiles exactly the
 kernels of that call (clocks left alone: `--clock-control none`). Per case we store the duration-weighted
 tensor-pipe activity (`tc_util_ncu`, a fraction) and the achieved SM clock, in the run's results.json
-when --run is given.
+when --run is given. `--keep` also keeps each case's Nsight Compute report (`.ncu-rep`): under
+`RUN_DIR/ncu/` with --run, else beside profile.json; its path is recorded as `ncu_report`.
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+
+from bench.errors import UsageError
+from bench.selection import select_cases
 
 METRIC_TC = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 METRIC_CLK = "sm__cycles_elapsed.avg.per_second"
@@ -70,19 +74,15 @@ def summarize(kernels: list[dict]) -> dict:
 
 def _child(cfg, case_id: str, device_index: int | None) -> int:
     """Inside ncu: build the case, warm it, run one call inside the profiler range."""
-    from bench.config import dtype_of
     from bench.runner import spec_for
     from kernels.registry import get_provider
-    from workloads import build_lengths, make_batch
 
     case = next(c for c in cfg.cases if c.id == case_id)
     w = case.workload
     device = torch.device("cuda", device_index or 0)
-    q, kv = build_lengths(w.family, w.family_params, w.rule, w.rule_params, batch_size=w.B,
-                          max_len=w.max_len, seed=w.seed, sort=w.sort_by_length)
-    batch = make_batch(q, kv, H=w.H, Hkv=w.Hkv, D=w.D, dtype=dtype_of(w.dtype), device=device, seed=w.seed)
-    provider = get_provider(case.provider)
-    fn = provider.build(batch, spec_for(w, case.mode), case.mode)
+    batch = w.batch(device)
+    spec = case.spec
+    fn = get_provider(spec.name, spec.options or None).build(batch, spec_for(w, case.mode), case.mode)
     fn()
     fn()
     torch.cuda.synchronize(device)
@@ -93,9 +93,48 @@ def _child(cfg, case_id: str, device_index: int | None) -> int:
     return 0
 
 
-def profile(cfg, a) -> int:
-    from bench.cli import UsageError, select_cases
+def report_file(folder: Path, case_id: str) -> Path:
+    """Where `--keep` puts a case's Nsight Compute report: one file per case id."""
+    return folder / (re.sub(r"[^A-Za-z0-9._=-]+", "_", case_id) + ".ncu-rep")
 
+
+def ncu_command(ncu: str, cfg, case_id: str, device: int | None, export: Path | None) -> list[str]:
+    """The ncu command line profiling one case: the metrics as CSV on stdout, or (export) into a
+    report file, read back with `ncu --import` afterwards."""
+    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", METRICS]
+    if export is not None:
+        cmd += ["--export", str(export), "--force-overwrite"]
+    else:
+        cmd += ["--csv", "--page", "raw", "--print-units", "base"]
+    cmd += [sys.executable, "-m", "bench", "profile", str(cfg.path), "--only", f"^{re.escape(case_id)}$",
+            "--case", case_id]
+    if device is not None:
+        cmd += ["--device", str(device)]
+    return cmd
+
+
+def profile_case(ncu: str, cfg, case_id: str, device: int | None, keep: Path | None) -> dict:
+    """Profile one case in a child process; its summary (or {"error": ...}), plus `ncu_report` if kept."""
+    export = report_file(keep, case_id) if keep is not None else None
+    try:
+        proc = subprocess.run(ncu_command(ncu, cfg, case_id, device, export), capture_output=True, text=True,
+                              timeout=900)
+        if export is not None and proc.returncode == 0:
+            proc = subprocess.run([ncu, "--import", str(export), "--csv", "--page", "raw", "--print-units", "base"],
+                                  capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return {"error": "ncu timed out"}
+    kernels = parse_ncu_csv(proc.stdout)
+    if proc.returncode != 0 or not kernels:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"error": f"ncu exit {proc.returncode}: {' | '.join(tail)}"[:400]}
+    out = summarize(kernels)
+    if export is not None and export.exists():
+        out["ncu_report"] = str(export)
+    return out
+
+
+def profile(cfg, a) -> int:
     if a.case:
         return _child(cfg, a.case, a.device)
     cases = select_cases(cfg, a.only, a.providers)
@@ -108,44 +147,28 @@ def profile(cfg, a) -> int:
     run_dir = Path(a.run) if a.run else None
     if run_dir and not (run_dir / "results.json").is_file():
         raise UsageError(f"--run {run_dir}: no results.json there")
+    out = run_dir or Path(cfg.model.output_dir) / f"profile-{cfg.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    keep = (out / "ncu" if run_dir else out) if getattr(a, "keep", False) else None
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
     results = {}
     for case in cases:
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
-               "--print-units", "base", "--metrics", METRICS, sys.executable, "-m", "bench", "profile",
-               str(cfg.path), "--only", f"^{re.escape(case.id)}$", "--case", case.id]
-        if a.device is not None:
-            cmd += ["--device", str(a.device)]
         print(f"profiling {case.id} ...", flush=True)
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except subprocess.TimeoutExpired:
-            results[case.id] = {"error": "ncu timed out after 900 s"}
-            continue
-        kernels = parse_ncu_csv(proc.stdout)
-        if proc.returncode != 0 or not kernels:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            results[case.id] = {"error": f"ncu exit {proc.returncode}: {' | '.join(tail)}"[:400]}
-        else:
-            results[case.id] = summarize(kernels)
-        r = results[case.id]
+        r = results[case.id] = profile_case(ncu, cfg, case.id, a.device, keep)
         if r.get("tc_util_ncu") is not None:
             print(f"  tensor pipe {100 * r['tc_util_ncu']:.1f}% at {r['ncu_sm_clock_mhz']:.0f} MHz "
-                  f"over {len(r['ncu_kernels'])} kernel(s), {r['ncu_duration_ms']:.3f} ms", flush=True)
+                  f"over {len(r['ncu_kernels'])} kernel(s), {r['ncu_duration_ms']:.3f} ms"
+                  + (f"; report {r['ncu_report']}" if r.get("ncu_report") else ""), flush=True)
         else:
             print(f"  {r.get('error')}", flush=True)
     if run_dir:
-        from bench.results import ResultsWriter, load_results
-        data = load_results(run_dir)
-        writer = ResultsWriter(run_dir, {}, data)
-        for c in writer.data["cases"]:
-            if c["id"] in results:
-                c.update({k: v for k, v in results[c["id"]].items()})
-        writer.flush()
-        from bench.cli import _render
-        _render(run_dir)
+        from bench.reporting import render
+        from reports.results import ResultsWriter, read_results
+
+        ResultsWriter.of(run_dir, read_results(run_dir)).update_cases(results)
+        render(run_dir)
         print(f"stored in {run_dir / 'results.json'}")
     else:
-        out = Path(cfg.model.output_dir) / f"profile-{cfg.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.json").write_text(json.dumps(results, indent=1))
         print(f"stored in {out / 'profile.json'}")

@@ -3,111 +3,41 @@
 Cases are grouped by workload so each jagged batch is built once on the device. A case ends in one of
 four states: `ok` (timed), `incorrect` (failed the correctness gate: not timed), `failed` (raised, e.g.
 out of memory: memory is freed and the sweep goes on) or `skipped` (the provider cannot run here or
-does not support the case, with the reason). results.json/.csv are rewritten after every case.
+does not support the case, with the reason). results.json/.csv are rewritten after every case
+(docs/DESIGN.md §5, §6).
 """
 from __future__ import annotations
 
 import gc
-import re
-import signal
+import io
 import time
 import traceback
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from itertools import groupby
 from pathlib import Path
 
-import numpy as np
+import pandas as pd
 import torch
 
 from bench import env as envmod
-from bench.config import Case, LoadedConfig, Workload, dtype_of
-from bench.results import ResultsWriter, load_results
+from bench.case_power import CasePower
+from bench.cases import Case, Workload
+from bench.config import LoadedConfig, default_run_dir
+from bench.errors import one_line
+from bench.gate import correctness
+from bench.progress import Progress
+from bench.record import base_record, case_flops, format_rate, timing_fields
+from bench.signals import sigterm_as_interrupt
 from bench.timing import Samples, sync_for, time_cpu, time_cuda
-from kernels.reference import reference_outputs
-from kernels.registry import CaseSpec, get_provider
-from workloads import build_lengths, make_batch, stats, work_pairs
+from kernels.registry import CaseSpec, Provider, get_provider
+from reports.results import ResultsWriter, append_timeline, atomic_write, power_csv_text, read_power_text, read_results
+from workloads import stats
 
-FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    msg = text[0] if text else ""
-    return f"{type(exc).__name__}: {msg}"[:300]
-
-
-def case_flops(w: Workload, q_lengths, kv_lengths, mode: str) -> float:
-    """The peers' convention: fwd = 4·H·D·Σ pairs (causal: unmasked pairs); bwd 2.5×, fwd_bwd 3.5×."""
-    pairs = float(work_pairs(q_lengths, kv_lengths, causal=w.causal).sum())
-    return 4.0 * w.H * w.D * pairs * FLOP_FACTOR[mode]
-
-
-def check_sequences(q_lengths: np.ndarray, kv_lengths: np.ndarray, k: int, seed: int) -> list[int]:
-    """Which sequences the gate checks: the longest, the shortest, an empty one if any, then random."""
-    B = len(q_lengths)
-    if B <= k:
-        return list(range(B))
-    work = q_lengths * np.maximum(kv_lengths, 1)
-    chosen = list(dict.fromkeys([int(np.argmax(work)), int(np.argmin(work))]))
-    empty = np.flatnonzero((q_lengths == 0) | (kv_lengths == 0))
-    if empty.size and int(empty[0]) not in chosen:
-        chosen.append(int(empty[0]))
-    rng = np.random.default_rng(seed + 7919)
-    for b in rng.permutation(B):
-        if len(chosen) >= k:
-            break
-        if int(b) not in chosen:
-            chosen.append(int(b))
-    return sorted(set(chosen))
-
-
-def _rows(offsets: np.ndarray, lengths: np.ndarray, seqs: list[int]) -> torch.Tensor:
-    idx = [np.arange(offsets[b], offsets[b] + lengths[b]) for b in seqs]
-    return torch.from_numpy(np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64))
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double(), ref.double()
-    if not torch.isfinite(out).all():
-        return float("inf")
-    denom = ref.norm().item()
-    diff = (out - ref).norm().item()
-    if denom == 0.0:
-        return 0.0 if diff == 0.0 else float("inf")
-    return diff / denom
-
-
-def correctness(provider, batch, spec: CaseSpec, mode: str, tolerance: float, max_seqs: int,
-                seed: int) -> dict:
-    """Compare the provider with the exact reference on a subset of sequences (output, and grads in
-    the backward modes). NaN/Inf anywhere in the compared rows fails."""
-    seqs = check_sequences(batch.q_lengths, batch.kv_lengths, max_seqs, seed)
-    q_idx = _rows(batch.q_offsets_host, batch.q_lengths, seqs).to(batch.device)
-    kv_idx = _rows(batch.kv_offsets_host, batch.kv_lengths, seqs).to(batch.device)
-    grads = mode != "fwd"
-    ref_out, ref_grads = reference_outputs(batch, spec, provider.semantics, seqs, grads=grads)
-    if grads:
-        b = batch.with_grad()
-        out = provider.forward(b, spec)
-        got = torch.autograd.grad(out, (b.q, b.k, b.v), batch.dout)
-        pairs = {"out": (out.detach()[q_idx], ref_out), "dq": (got[0][q_idx], ref_grads[0]),
-                 "dk": (got[1][kv_idx], ref_grads[1]), "dv": (got[2][kv_idx], ref_grads[2])}
-        del out, got, b
-    else:
-        with torch.no_grad():
-            out = provider.forward(batch, spec)
-        pairs = {"out": (out[q_idx], ref_out)}
-        del out
-    per = {k: rel_err(o, r) for k, (o, r) in pairs.items()}
-    worst = max(per.values())
-    return {"rel_err": worst, "tolerance": tolerance, "passed": bool(worst <= tolerance),
-            "per_tensor": per, "checked_seqs": len(seqs)}
+__all__ = ["Runner", "correctness", "default_run_dir", "spec_for"]
 
 
 def spec_for(w: Workload, mode: str) -> CaseSpec:
-    return CaseSpec(mode=mode, activation=w.activation, alpha=w.alpha, qk_scale=w.qk_scale,
-                    causal=w.causal)
+    return CaseSpec(mode=mode, activation=w.activation, alpha=w.alpha, qk_scale=w.qk_scale, causal=w.causal)
 
 
 def _free(device: torch.device) -> None:
@@ -122,29 +52,36 @@ class Runner:
                  progress: bool = True, log=print):
         self.cfg, self.run_dir, self.device, self.log = cfg, Path(run_dir), device, log
         self.m = cfg.model
-        self.progress = progress
+        self.show_progress = progress
         self.resume = resume
+        self.providers: dict[str, Provider] = {}  # one instance per label for the whole run
         self._availability: dict[str, str | None] = {}
         self.monitor = None
-        meta = self._meta()
-        existing = load_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
-        self.writer = ResultsWriter(self.run_dir, meta, existing)
+        existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
+        self.writer = ResultsWriter(self.run_dir, self.meta(), existing)
+        self.power = CasePower(None, self.m.power, self.time, sync_for(device))
+        self.progress = Progress(0, False, log)
         self.interrupted = False
 
     # -- setup -------------------------------------------------------------------------------------
-    def _meta(self) -> dict:
+    def meta(self) -> dict:
         info = envmod.collect(self.device)
         hw = self.m.hardware
         peak, hbm, table_row = envmod.peaks(info["gpu"], hw.peak_tflops, hw.hbm_tb_s, hw.gpu)
         return {
             "config": str(self.cfg.path), "config_name": self.cfg.name, "config_sha256": self.cfg.sha256,
-            **info, "finished_at": None, "interrupted": False, "hardware_target": hw.target,
+            **info, "gpu_count": 1 if self.device.type == "cuda" else 0,
+            "finished_at": None, "interrupted": False, "hardware_target": hw.target,
             "hardware_row": table_row, "power_cap_w": hw.power_cap_w, "enforced_power_limit_w": None,
             "peak_tflops": peak, "hbm_tb_s": hbm, "measured_gemm_tflops": None, "measured_copy_tb_s": None,
             "calibration": None, "baseline_provider": self.m.baseline, "monitor": None,
+            "providers": {label: {"name": s.name, "options": s.options} for label, s in self.cfg.providers.items()},
             "timing": self.m.timing.model_dump(), "correctness": self.m.correctness.model_dump(),
             "power_config": self.m.power.model_dump(),
         }
+
+    def say(self, line: str) -> None:
+        self.progress.write(line)
 
     def _start_monitor(self) -> None:
         if self.device.type != "cuda" or not self.m.power.enabled:
@@ -152,14 +89,16 @@ class Runner:
             self.writer.update_meta(monitor={"available": False, "unavailable_reason": reason})
             return
         from bench.monitor import PowerMonitor
+
         self.monitor = PowerMonitor(device_index=self.device.index or 0, period_ms=self.m.power.period_ms,
                                     power_cap_w=self.m.hardware.power_cap_w)
+        self.power.monitor = self.monitor
         info = self.monitor.info()
         limit = info.get("enforced_power_limit_w")
         self.writer.update_meta(monitor=info, enforced_power_limit_w=limit)
         cap = self.m.hardware.power_cap_w
         if cap and limit and abs(cap - limit) > 1:
-            self.log(f"warning: configured power cap {cap:.0f} W differs from the enforced limit {limit:.0f} W; "
+            self.say(f"warning: configured power cap {cap:.0f} W differs from the enforced limit {limit:.0f} W; "
                      "power is reported against the configured cap")
         self.monitor.start()
 
@@ -167,8 +106,9 @@ class Runner:
         if self.device.type != "cuda" or not self.m.hardware.calibrate:
             return
         from bench.calibrate import calibrate_copy, calibrate_gemm
+
         try:
-            self.log("calibrating: 8192^3 bf16 GEMM and a device copy ...")
+            self.say("calibrating: 8192^3 bf16 GEMM and a device copy ...")
             if self.monitor:
                 self.monitor.begin_case("calibration/gemm")
             gemm = calibrate_gemm(self.device, self.monitor, seconds=self.m.hardware.calibrate_seconds)
@@ -179,46 +119,41 @@ class Runner:
                                     measured_gemm_tflops=gemm.get("tflops_sustained") or gemm.get("tflops_fresh"),
                                     measured_copy_tb_s=copy.get("tb_per_s"))
             p = gemm.get("power") or {}
-            self.log(f"  GEMM {gemm.get('tflops_fresh', 0):.0f} TFLOP/s fresh, "
+            self.say(f"  GEMM {gemm.get('tflops_fresh', 0):.0f} TFLOP/s fresh, "
                      f"{gemm.get('tflops_sustained', 0):.0f} sustained"
                      + (f" at {p.get('avg_w', 0):.0f} W avg, reasons {p.get('reasons')}" if p else "")
                      + f"; copy {copy.get('tb_per_s', 0):.2f} TB/s")
         except Exception as exc:
-            self.log(f"calibration failed: {one_line(exc)}")
+            self.say(f"calibration failed: {one_line(exc)}")
             self.writer.update_meta(calibration={"error": one_line(exc)})
 
     # -- per case ----------------------------------------------------------------------------------
-    def availability(self, name: str) -> str | None:
-        if name not in self._availability:
+    def provider(self, case: Case) -> Provider:
+        """The provider instance of a case's label, built once per run with the label's options."""
+        if case.provider not in self.providers:
+            spec = case.spec
+            self.providers[case.provider] = get_provider(spec.name, spec.options or None)
+        return self.providers[case.provider]
+
+    def availability(self, case: Case) -> str | None:
+        if case.provider not in self._availability:
             try:
-                self._availability[name] = get_provider(name).availability(self.device)
+                self._availability[case.provider] = self.provider(case).availability(self.device)
             except Exception as exc:
-                self._availability[name] = f"availability check failed: {one_line(exc)}"
-        return self._availability[name]
+                self._availability[case.provider] = f"availability check failed: {one_line(exc)}"
+        return self._availability[case.provider]
 
-    def _base_record(self, case: Case, wstats: dict, flops: float) -> dict:
-        w = case.workload
-        p = get_provider(case.provider)
-        return {
-            "id": case.id, "set": w.set, "max_len": w.max_len, "sweep": dict(w.sweep),
-            "provider": case.provider, "semantics": p.semantics, "mode": case.mode, "dtype": w.dtype,
-            "activation": w.activation if p.semantics == "gdpa" else "softmax",
-            "workload": {"name": w.name, "family": w.family, "params": w.family_params, "pairing": w.rule,
-                         "pairing_params": w.rule_params, "sorted": w.sort_by_length, "B": w.B, "H": w.H,
-                         "Hkv": w.Hkv, "D": w.D, "causal": w.causal, "alpha": w.alpha,
-                         "qk_scale": w.qk_scale, "max_q": wstats["max_q"], "max_kv": wstats["max_kv"],
-                         "total_q": wstats["total_q"], "total_kv": wstats["total_kv"],
-                         "padding_waste": wstats["padding_waste"], "flop_waste": wstats["flop_waste"],
-                         "imbalance": wstats["imbalance"], "seed": w.seed,
-                         "lengths_sha256": wstats["lengths_sha256"]},
-            "status": None, "error": None, "correctness": None, "flops": flops, "times_ms": [],
-            "median_ms": None, "p20_ms": None, "p80_ms": None, "tflops": None, "util_peak": None,
-            "util_measured": None, "power": None, "gpu_index": (self.device.index or 0) if self.device.type == "cuda" else None,
-            "gpu_name": self.writer.data["meta"].get("gpu"), "tc_util_ncu": None, "ncu_sm_clock_mhz": None,
-            "kernel_config": None, "wall_s": None,
-        }
+    def record(self, case: Case, wstats: dict, flops: float) -> dict:
+        semantics, options = "gdpa", None
+        try:
+            p = self.provider(case)
+            semantics, options = p.semantics, p.options_record()
+        except Exception:  # recorded by run_case as the case's error
+            pass
+        gpu = (self.device.index or 0) if self.device.type == "cuda" else None
+        return base_record(case, semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu"))
 
-    def _time(self, fn) -> Samples:
+    def time(self, fn) -> Samples:
         t = self.m.timing
         if self.device.type == "cuda":
             with torch.cuda.device(self.device):
@@ -229,49 +164,41 @@ class Runner:
                         max_reps=min(t.max_reps, 20))
 
     def run_case(self, case: Case, batch, wstats: dict, flops: float) -> dict:
-        rec = self._base_record(case, wstats, flops)
+        rec = self.record(case, wstats, flops)
         t0 = time.perf_counter()
-        provider = get_provider(case.provider)
         spec = spec_for(case.workload, case.mode)
-        reason = self.availability(case.provider)
-        if reason is None:
-            try:
-                reason = provider.unsupported(batch, spec)
-            except Exception as exc:
-                reason = f"support check failed: {one_line(exc)}"
-        if reason is not None:
-            rec.update(status="skipped", error=reason)
-            return rec
         fn = None
         try:
+            reason = self.availability(case)
+            if reason is None:
+                try:
+                    reason = self.provider(case).unsupported(batch, spec)
+                except Exception as exc:
+                    reason = f"support check failed: {one_line(exc)}"
+            if reason is not None:
+                rec.update(status="skipped", error=reason)
+                return rec
+            provider = self.provider(case)
             if self.m.correctness.enabled:
-                rec["correctness"] = correctness(provider, batch, spec, case.mode,
-                                                 self.m.correctness.tolerance,
-                                                 self.m.correctness.max_check_seqs, case.workload.seed)
+                c = self.m.correctness
+                rec["correctness"] = correctness(provider, batch, spec, case.mode, c.tolerance, c.max_check_seqs,
+                                                 case.workload.seed)
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()  # the gate's grads can be large; give them back before timing
                 if not rec["correctness"]["passed"]:
                     rec.update(status="incorrect",
                                error=f"rel_err {rec['correctness']['rel_err']:.3g} > tolerance "
-                                     f"{self.m.correctness.tolerance:g} ({rec['correctness']['per_tensor']})")
+                                     f"{c.tolerance:g} ({rec['correctness']['per_tensor']})")
                     return rec
             fn = provider.build(batch, spec, case.mode)
             fn()  # compile / autotune / allocate outside the timed region
             sync_for(self.device)()
             rec["kernel_config"] = provider.kernel_configs()
-            if self.m.power.energy_loop_first:
-                self._energy(case, rec, fn, flops)
-            samples = self._time(fn)
-            rec.update(times_ms=samples.times_ms, median_ms=samples.median_ms, p20_ms=samples.p20_ms,
-                       p80_ms=samples.p80_ms, status="ok")
-            rec["tflops"] = flops / (samples.median_ms * 1e-3) / 1e12 if samples.median_ms > 0 else None
-            meta = self.writer.data["meta"]
+            self.power.before_samples(case, rec, fn, flops)
+            meta = self.writer.meta
             peak = (meta.get("peak_tflops") or {}).get(case.workload.dtype)
-            if rec["tflops"] is not None and peak:
-                rec["util_peak"] = rec["tflops"] / peak
-            if rec["tflops"] is not None and meta.get("measured_gemm_tflops"):
-                rec["util_measured"] = rec["tflops"] / meta["measured_gemm_tflops"]
-            self._power(case, rec, fn, flops)
+            rec.update(timing_fields(self.time(fn), flops, peak, meta.get("measured_gemm_tflops")), status="ok")
+            self.power.after_samples(case, rec, fn, flops)
         except torch.cuda.OutOfMemoryError as exc:
             rec.update(status="failed", error=f"out of memory: {one_line(exc)}", times_ms=[])
         except Exception as exc:
@@ -284,33 +211,9 @@ class Runner:
             rec["wall_s"] = round(time.perf_counter() - t0, 3)
         return rec
 
-    def _power(self, case: Case, rec: dict, fn, flops: float) -> None:
-        if self.monitor is None or not self.monitor.available:
-            return
-        pw = self.m.power
-        if pw.overhead_check and re.search(pw.overhead_check, case.id):
-            # same case timed again with the sampling thread stopped: what does monitoring cost?
-            self.monitor.stop()
-            try:
-                without = self._time(fn)
-            finally:
-                self.monitor.start()
-            rec["monitor_overhead"] = {"median_ms_with": rec["median_ms"], "median_ms_without": without.median_ms,
-                                       "overhead": rec["median_ms"] / without.median_ms - 1.0}
-        if not pw.energy_loop_first:
-            self._energy(case, rec, fn, flops)
-
-    def _energy(self, case: Case, rec: dict, fn, flops: float) -> None:
-        pw = self.m.power
-        if self.monitor is None or not self.monitor.available or pw.energy_loop_s <= 0:
-            return
-        rec["power"] = self.monitor.measure(fn, sync=sync_for(self.device), min_seconds=pw.energy_loop_s,
-                                            flops_per_call=flops, case_id=case.id)
-
     # -- the sweep ---------------------------------------------------------------------------------
     def build_workload(self, w: Workload):
-        q_len, kv_len = build_lengths(w.family, w.family_params, w.rule, w.rule_params, batch_size=w.B,
-                                      max_len=w.max_len, seed=w.seed, sort=w.sort_by_length)
+        q_len, kv_len = w.lengths()
         wstats = stats(q_len, kv_len, causal=w.causal)
         self.writer.add_workload(w.name, {"q_lengths": [int(x) for x in q_len],
                                           "kv_lengths": [int(x) for x in kv_len], "stats": wstats,
@@ -321,47 +224,21 @@ class Runner:
     def run(self, cases: list[Case]) -> dict:
         done = self.writer.done_ids()
         todo = [c for c in cases if c.id not in done]
+        self.progress = Progress(len(todo), self.show_progress, self.log)
         if done:
-            self.log(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
-        self._start_monitor()
-        self._calibrate()
-        bar = _progress(len(todo), self.progress)
+            self.say(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
         counts: dict[str, int] = {}
         try:
             with sigterm_as_interrupt():
+                self._start_monitor()
+                self._calibrate()
                 for w, group in groupby(todo, key=lambda c: c.workload):
-                    group = list(group)
-                    q_len, kv_len, wstats = self.build_workload(w)
-                    batch, build_error = None, None
-                    try:
-                        batch = make_batch(q_len, kv_len, H=w.H, Hkv=w.Hkv, D=w.D, dtype=dtype_of(w.dtype),
-                                           device=self.device, seed=w.seed)
-                    except Exception as exc:  # e.g. the batch itself does not fit in memory
-                        build_error = f"building the batch failed: {one_line(exc)}"
-                    for case in group:
-                        bar.set_description(case.id)
-                        flops = case_flops(w, q_len, kv_len, case.mode)
-                        if self.monitor:
-                            self.monitor.begin_case(case.id)
-                        if batch is None:
-                            rec = self._base_record(case, wstats, flops)
-                            rec.update(status="failed", error=build_error)
-                        else:
-                            rec = self.run_case(case, batch, wstats, flops)
-                        if self.monitor:
-                            self.monitor.end_case()
-                        self.writer.add_case(rec)
-                        counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-                        bar.update(1)
-                        bar.set_postfix(counts)
-                        self._log_case(rec)
-                    del batch
-                    _free(self.device)
+                    self._run_workload(w, list(group), counts)
         except KeyboardInterrupt:
             self.interrupted = True
-            self.log("interrupted: results.json holds every finished case")
+            self.say("interrupted: results.json holds every finished case")
         finally:
-            bar.close()
+            self.progress.close()
             if self.monitor:
                 self.monitor.stop()
                 self._write_power()
@@ -369,73 +246,55 @@ class Runner:
                     self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
             self.writer.update_meta(finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                     interrupted=self.interrupted)
+            self._write_parquet()
         return counts
 
+    def _run_workload(self, w: Workload, group: list[Case], counts: dict[str, int]) -> None:
+        q_len, kv_len, wstats = self.build_workload(w)
+        batch, build_error = None, None
+        try:
+            batch = w.batch(self.device, (q_len, kv_len))
+        except Exception as exc:  # e.g. the batch itself does not fit in memory
+            build_error = f"building the batch failed: {one_line(exc)}"
+        for case in group:
+            self.progress.started(case.id)
+            flops = case_flops(w, q_len, kv_len, case.mode)
+            if self.monitor:
+                self.monitor.begin_case(case.id)
+            if batch is None:
+                rec = self.record(case, wstats, flops)
+                rec.update(status="failed", error=build_error)
+            else:
+                rec = self.run_case(case, batch, wstats, flops)
+            if self.monitor:
+                self.monitor.end_case()
+            self.writer.add_case(rec)
+            counts[rec["status"]] = counts.get(rec["status"], 0) + 1
+            self.progress.finished(case_line(rec), counts)
+        del batch
+        _free(self.device)
+
     def _write_power(self) -> None:
-        """power.csv; a resumed run appends its timeline after the earlier one's (time shifted on)."""
+        """power.csv; a resumed run's timeline is stitched after the earlier one's (reports.results)."""
         path = self.run_dir / "power.csv"
-        old = None
-        if self.resume and path.exists():
-            import pandas as pd
-            try:
-                old = pd.read_csv(path)
-            except Exception:
-                old = None
-        self.monitor.write_csv(path)
+        text = power_csv_text(self.monitor.samples())
+        old = read_power_text(path) if self.resume else None
         if old is not None and len(old):
-            import pandas as pd
-            new = pd.read_csv(path)
-            new["time_s"] = new["time_s"] + float(old["time_s"].max()) + 1.0
-            pd.concat([old, new], ignore_index=True).to_csv(path, index=False)
+            new = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+            text = append_timeline(old, new).to_csv(index=False)
+        atomic_write(path, text)
 
-    def _log_case(self, rec: dict) -> None:
-        if rec["status"] == "ok":
-            p = rec.get("power") or {}
-            extra = f" {p['avg_w']:.0f} W" if p.get("avg_w") else ""
-            self.log(f"  {rec['id']}: {rec['tflops']:.4g} TFLOP/s ({rec['median_ms']:.4g} ms){extra}")
-        else:
-            self.log(f"  {rec['id']}: {rec['status'].upper()} {rec['error'] or ''}")
+    def _write_parquet(self) -> None:
+        try:
+            self.writer.write_parquet()
+        except Exception as exc:  # results.json and .csv are written; a missing parquet loses nothing
+            self.say(f"results.parquet not written: {one_line(exc)}")
 
 
-class _NullBar:
-    def update(self, n): pass
-    def set_description(self, s): pass
-    def set_postfix(self, d): pass
-    def close(self): pass
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NullBar()
-    from tqdm import tqdm
-    return tqdm(total=total, unit="case", dynamic_ncols=True, leave=True)
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    """`kill` (SIGTERM) ends the sweep like Ctrl-C: the finished cases are already on disk."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def select(cases: list[Case], only: str | None = None, providers: list[str] | None = None) -> list[Case]:
-    if only:
-        rx = re.compile(only)
-        cases = [c for c in cases if rx.search(c.id)]
-    if providers:
-        cases = [c for c in cases if c.provider in providers]
-    return cases
-
-
-def default_run_dir(cfg: LoadedConfig) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path(cfg.model.output_dir) / f"{cfg.name}-{stamp}"
+def case_line(rec: dict) -> str:
+    """The line a finished case prints: `  <id>: <rate> (<median> ms) [<W>]`, or its status and error."""
+    if rec["status"] == "ok":
+        p = rec.get("power") or {}
+        extra = f" {p['avg_w']:.0f} W" if p.get("avg_w") else ""
+        return f"  {rec['id']}: {format_rate(rec['tflops'])} ({rec['median_ms']:.4g} ms){extra}"
+    return f"  {rec['id']}: {rec['status'].upper()} {rec['error'] or ''}"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.config import LoadedConfig
-from workloads import build_lengths, plot_length_histogram, stats
+from workloads import plot_length_histogram, stats
 
 COLUMNS = ["workload", "B", "mean_q", "p50_q", "p99_q", "max_q", "mean_kv", "p99_kv", "max_kv",
            "padding_waste", "padding_waste_kv", "flop_waste", "imbalance", "top1pct_work_share"]
@@ -19,8 +19,7 @@ def workload_table(cfg: LoadedConfig) -> tuple[pd.DataFrame, dict]:
         if w.name in seen:
             continue
         seen.add(w.name)
-        q, kv = build_lengths(w.family, w.family_params, w.rule, w.rule_params, batch_size=w.B,
-                              max_len=w.max_len, seed=w.seed, sort=w.sort_by_length)
+        q, kv = w.lengths()
         lengths[w.name] = (q, kv)
         rows.append({"workload": w.name, **stats(q, kv, causal=w.causal)})
     return pd.DataFrame(rows), lengths

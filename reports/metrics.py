@@ -1,10 +1,10 @@
-"""Metrics over one run: load `results.json` (schema `gdpa-bench/1`, DESIGN §6), flatten the cases into a
-table and derive the numbers the report shows.
+"""Metrics over one run: the cases of results.json as a table (`load_run`) and the numbers derived from
+them for the report. Reading and flattening the files is `reports.results` (docs/DESIGN.md §6).
 
 Conventions (all documented here once, used by plots, report and tests):
 
 - TFLOP/s = flops / (median_ms · 1e-3) / 1e12 = flops / (median_ms · 1e9). FLOPs are the peers'
-  convention recorded by the runner (DESIGN §3), never recounted here.
+  convention recorded by the runner (docs/DESIGN.md §3), never recounted here.
 - Utilization is a fraction (0..1): achieved TFLOP/s over the datasheet dense peak of the case's dtype
   (`meta.peak_tflops[dtype]`) and over the GEMM ceiling measured in the same run
   (`meta.measured_gemm_tflops`, a number, or a {dtype: number} mapping).
@@ -30,76 +30,33 @@ peaks): a missing number becomes NaN and is shown as "—" by the report.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-SCHEMA = "gdpa-bench/1"
+from reports.results import MODES, flatten_cases, read_results
+from reports.results import ResultsError as ResultsError  # compare.py imports it from here
+
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4}
-MODES = ("fwd", "bwd", "fwd_bwd")
 #: Columns kept as Python objects (lists) rather than flattened.
 LIST_FIELDS = ("times_ms", "power.reasons")
-
-
-class ResultsError(Exception):
-    """A results file that cannot be used: missing, not JSON, or not schema `gdpa-bench/1`."""
-
-
-# --------------------------------------------------------------------------------------------- loading
-
-
-def results_path(path: str | Path) -> Path:
-    """The results.json for `path` (a run folder or the file itself)."""
-    p = Path(path)
-    return p / "results.json" if p.is_dir() else p
-
-
-def read_results(path: str | Path) -> dict:
-    """Read and validate a results file; raise `ResultsError` with a one-line reason otherwise."""
-    p = results_path(path)
-    if not p.exists():
-        where = f"{path}: no results.json in this folder" if Path(path).is_dir() else f"{p}: no such file"
-        raise ResultsError(where)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ResultsError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ResultsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    if not isinstance(data, dict):
-        raise ResultsError(f"{p}: expected a JSON object with \"schema\": \"{SCHEMA}\", got {type(data).__name__}")
-    schema = data.get("schema")
-    if schema != SCHEMA:
-        raise ResultsError(f"{p}: schema is {schema!r}, expected {SCHEMA!r}")
-    cases = data.get("cases", [])
-    if cases is None:
-        cases = []
-    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
-        raise ResultsError(f"{p}: \"cases\" must be a list of objects")
-    for i, c in enumerate(cases):
-        if not isinstance(c.get("id"), str) or not c.get("id"):
-            raise ResultsError(f"{p}: cases[{i}] has no string \"id\"")
-    data["cases"] = cases
-    if not isinstance(data.get("meta"), dict):
-        data["meta"] = {}
-    if not isinstance(data.get("workloads"), dict):
-        data["workloads"] = {}
-    return data
-
 
 def load_run(path: str | Path, baseline: str | None = None) -> tuple[dict, pd.DataFrame, dict]:
     """(meta, cases, workloads) of a run. `path`: the run folder or its results.json.
 
     `cases` has one row per case: the scalar fields, nested dicts flattened with dotted names
     (`power.avg_w`, `workload.total_q`, `sweep.fill`, `correctness.rel_err`), plus derived columns (see
-    `add_metrics`). `baseline` overrides `meta.baseline_provider` for the speedup column.
+    `add_metrics`). `baseline` overrides `meta.baseline_provider` for the speedup column. Raises
+    `ResultsError` (one line) for a missing or invalid results.json.
+
+        from reports import load_run
+        meta, cases, workloads = load_run("runs/smoke-20261201T100000Z")
+        cases[cases.status == "ok"][["id", "tflops", "util_peak"]]
     """
     data = read_results(path)
     meta = data["meta"]
@@ -231,57 +188,40 @@ def panel_key(shape: str) -> str:
     return "/".join(parts)
 
 
-def _flatten(d: dict, prefix: str, out: dict) -> None:
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            _flatten(v, key + ".", out)
-        else:
-            out[key] = v
-
-
-def _fmt_sweep_value(v: Any) -> str:
-    return str(v)
-
-
 def provider_label(provider: Any, semantics: Any) -> str:
     """How a provider is named in every table and legend: softmax ones say so."""
     name = str(provider) if provider not in (None, "") else "?"
     return f"{name} (softmax)" if semantics == "softmax" else name
 
 
-def flatten_case(case: dict) -> dict:
-    """One flat row for a case dict: nested dicts → dotted keys, lists kept as lists."""
-    row: dict = {}
-    _flatten(case, "", row)
+def case_keys(case: dict) -> dict:
+    """The keys a report groups by, derived from a case (with fallbacks from its id for old runs)."""
     cid = str(case.get("id", ""))
     parts = cid.split("/")
-    row["shape"] = shape_key(cid)
-    row["panel"] = panel_key(row["shape"])
-    if row.get("set") is None:
-        row["set"] = parts[0] if len(parts) > 1 else None
-    if row.get("provider") is None and len(parts) > 1:
-        row["provider"] = parts[-1]
-    if row.get("mode") is None:
-        row["mode"] = next((p for p in parts if p in MODES), None)
-    if row.get("max_len") is None:
+    shape = shape_key(cid)
+    keys: dict[str, Any] = {"shape": shape, "panel": panel_key(shape)}
+    keys["set"] = case.get("set") if case.get("set") is not None else (parts[0] if len(parts) > 1 else None)
+    keys["provider"] = case.get("provider") if case.get("provider") is not None else (
+        parts[-1] if len(parts) > 1 else None)
+    keys["mode"] = case.get("mode") if case.get("mode") is not None else next((p for p in parts if p in MODES), None)
+    if case.get("max_len") is not None:
+        keys["max_len"] = case["max_len"]
+    else:
         m = re.search(r"(?:^|/)L=(\d+)(?:/|$)", cid)
-        row["max_len"] = int(m.group(1)) if m else _get(case, "workload.max_q")
+        keys["max_len"] = int(m.group(1)) if m else _get(case, "workload.max_q")
     sweep = case.get("sweep")
     if isinstance(sweep, dict) and sweep:
-        label = ", ".join(f"{k}={_fmt_sweep_value(v)}" for k, v in sweep.items())
+        keys["sweep_label"] = ", ".join(f"{k}={v}" for k, v in sweep.items())
     else:  # from the id: every k=v segment but L=
-        label = ", ".join(p for p in parts[:-1] if "=" in p and not p.startswith("L="))
-    row["sweep_label"] = label
-    if row.get("semantics") is None:
-        row["semantics"] = "gdpa"
-    row["label"] = provider_label(row.get("provider"), row.get("semantics"))
+        keys["sweep_label"] = ", ".join(p for p in parts[:-1] if "=" in p and not p.startswith("L="))
+    keys["semantics"] = case.get("semantics") if case.get("semantics") is not None else "gdpa"
+    keys["label"] = provider_label(keys["provider"], keys["semantics"])
     times = case.get("times_ms")
-    row["times_ms"] = [float(t) for t in times if _num(t) == _num(t)] if isinstance(times, list) else []
+    keys["times_ms"] = [float(t) for t in times if _num(t) == _num(t)] if isinstance(times, list) else []
     reasons = _get(case, "power.reasons")
-    row["power.reasons"] = list(reasons) if isinstance(reasons, list) else []
-    row["n_samples"] = len(row["times_ms"])
-    return row
+    keys["power.reasons"] = list(reasons) if isinstance(reasons, list) else []
+    keys["n_samples"] = len(keys["times_ms"])
+    return keys
 
 
 #: Columns every cases frame has, whatever the input held (missing → NaN/None).
@@ -309,8 +249,11 @@ NUMERIC_COLUMNS = (
 
 def cases_frame(cases: Iterable[dict], meta: dict | None = None, baseline: str | None = None) -> pd.DataFrame:
     """Flatten `cases` (as in results.json) into a DataFrame and add the derived metrics."""
-    rows = [flatten_case(c) for c in cases]
-    df = pd.DataFrame(rows)
+    cases = list(cases)
+    df = flatten_cases(cases)
+    keys = pd.DataFrame([case_keys(c) for c in cases], index=df.index if len(df) else None)
+    for col in keys.columns:
+        df[col] = keys[col] if len(keys) else pd.Series(dtype=object)
     for col in BASE_COLUMNS:
         if col not in df.columns:
             df[col] = pd.Series([[] for _ in range(len(df))] if col in LIST_FIELDS else [None] * len(df),
@@ -386,38 +329,6 @@ def speedup_vs_baseline(df: pd.DataFrame, baseline: str | None) -> pd.Series:
         if b is not None and b == b:
             out.at[i] = float(b) / float(r["median_ms"])
     return out
-
-
-# ----------------------------------------------------------------------------------------------- power
-
-
-POWER_COLUMNS = ("time_s", "gpu_index", "power_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
-                 "reasons", "case_id")
-
-
-def load_power(run_dir: str | Path) -> pd.DataFrame | None:
-    """power.csv of a run as a DataFrame (columns `POWER_COLUMNS`, sorted by GPU and time).
-
-    None when the file is absent; an empty frame when it is empty or unreadable (the plot then says so).
-    """
-    p = Path(run_dir)
-    p = p / "power.csv" if p.is_dir() else p.parent / "power.csv"
-    if not p.exists():
-        return None
-    try:
-        df = pd.read_csv(p, dtype={"reasons": str, "case_id": str}, keep_default_na=False,
-                         na_values={c: [""] for c in POWER_COLUMNS if c not in ("reasons", "case_id")})
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError):
-        return pd.DataFrame(columns=list(POWER_COLUMNS))
-    for c in POWER_COLUMNS:
-        if c not in df.columns:
-            df[c] = "" if c in ("reasons", "case_id") else np.nan
-    for c in ("time_s", "gpu_index", "power_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c"):
-        df[c] = pd.to_numeric(df[c], errors="coerce")
-    df["reasons"] = df["reasons"].fillna("").astype(str)
-    df["case_id"] = df["case_id"].fillna("").astype(str)
-    df["gpu_index"] = df["gpu_index"].fillna(0).astype(int)
-    return df[df["time_s"].notna()].sort_values(["gpu_index", "time_s"], kind="stable").reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------------------- summaries

@@ -1,4 +1,4 @@
-"""Sweeps across GPUs (bench/multigpu.py), tested on CPU: `device: cpu` configs shard over CPU worker
+"""Sweeps across GPUs (bench/shard/), tested on CPU: `device: cpu` configs shard over CPU worker
 processes, so sharding, merging, kill recovery, resume and submitit's local executor all run here."""
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import multigpu
-from bench.cli import UsageError, main
+from bench.cli import main
 from bench.config import load_config
-from bench.multigpu import case_cost, lpt, merge_planned, merge_run_dirs, parse_gpus, shard_cases
-from bench.results import ResultsWriter, load_results
+from bench.errors import UsageError
+from bench.shard import case_cost, lpt, merge_planned, merge_run_dirs, parse_gpus, shard_cases, slurm
+from reports.results import ResultsWriter
+from reports.results import read_results as load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,10 +270,11 @@ def test_merge_run_dirs_keeps_finished_cases_and_reports_missing(tmp_path):
     assert [r.split(",")[1] for r in power[1:]] == ["0", "0", "1", "1", "1"]  # re-labelled by shard
     assert (out / "results.csv").read_text().count("\n") == 4  # header + 3 cases
     # the report reads it
-    from reports.metrics import load_run, load_power
+    from reports.metrics import load_run
+    from reports.results import read_power
     meta2, frame, _ = load_run(out)
     assert list(frame["id"]) == ["a", "b", "c"] and list(frame["gpu_index"]) == [0, 0, 1]
-    assert sorted(load_power(out)["gpu_index"].unique()) == [0, 1]
+    assert sorted(read_power(out)["gpu_index"].unique()) == [0, 1]
 
 
 # ------------------------------------------------------------------------------- real sharded runs
@@ -314,7 +316,7 @@ def test_run_gpus_0_1_on_cpu_merges_one_run(tmp_path):
     assert (run / "results.csv").exists()
     out = proc.stdout
     assert "[gpu0 " in out and "[gpu1 " in out and "done: 16 ok on 2 worker(s)" in out
-    assert (run / "shards" / "gpu0.log").read_text().count("TFLOP/s") == len(assigned(run, 0))
+    assert (run / "shards" / "gpu0.log").read_text().count("FLOP/s (") == len(assigned(run, 0))  # one line per case
     # the merge can be redone from the plan and gives the same cases
     again = merge_planned(run)
     assert [c["id"] for c in again["cases"]] == expected
@@ -447,7 +449,7 @@ def test_submit_without_submitit_is_a_usage_error(tmp_path, capsys, monkeypatch)
 
 
 def test_submit_without_slurm_says_so(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(multigpu.shutil, "which", lambda name: None)
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
     assert main(["submit", str(tiny_config(tmp_path)), "--nodes", "2", "--out", str(tmp_path / "r")]) == 2
     assert "sbatch is not on PATH" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
@@ -462,7 +464,7 @@ def test_slurm_executor_writes_the_expected_sbatch_file(tmp_path, monkeypatch):
         (fake / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("GDPA_BENCH_SLURM_ARGS", "account=ads, qos=high")
-    ex = multigpu.slurm_executor(tmp_path / "submitit", "gdpa-bench-t", 4, 30, "h200")
+    ex = slurm.slurm_executor(tmp_path / "submitit", "gdpa-bench-t", 4, 30, "h200")
     job = ex.submit(print, "hi")
     assert job.job_id == "4242"
     text = Path(job.paths.submission_file).read_text()
@@ -471,7 +473,7 @@ def test_slurm_executor_writes_the_expected_sbatch_file(tmp_path, monkeypatch):
         assert f"#SBATCH {line}\n" in text, (line, text)
     monkeypatch.setenv("GDPA_BENCH_SLURM_ARGS", "account")
     with pytest.raises(UsageError, match="key=value"):
-        multigpu.slurm_executor(tmp_path / "submitit", "x", 1, 5)
+        slurm.slurm_executor(tmp_path / "submitit", "x", 1, 5)
 
 
 def test_provider_with_process_setup_stays_on_one_shard(tmp_path):

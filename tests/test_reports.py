@@ -20,6 +20,7 @@ from matplotlib import image as mpimg
 from reports import metrics, plots
 from reports.metrics import ResultsError, load_run, min_bytes, tflops, utilization
 from reports.render import render_report
+from reports.results import read_power
 
 FIX = Path(__file__).parent / "fixtures"
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
@@ -308,15 +309,15 @@ def test_power_timeline_placeholder_reason_and_downsampling(tmp_path):
     assert_png(tmp_path / "a" / "power_timeline.png", min_var=1e-5)
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "power.csv").write_text("time_s,gpu_index,power_w,sm_clock_mhz,mem_clock_mhz,temperature_c,reasons,case_id\n")
-    empty = metrics.load_power(tmp_path / "e")
-    assert empty is not None and empty.empty and metrics.load_power(tmp_path / "nowhere") is None
+    empty = read_power(tmp_path / "e")
+    assert empty is not None and empty.empty and read_power(tmp_path / "nowhere") is None
     files = plots.plot_power_timeline(empty, synth.gpu_meta(), None, tmp_path / "e" / "plots")
     assert_png(files[0], min_var=1e-5) and pd.read_csv(files[1]).empty
     res = synth.make_results([_case("gdpa_triton", 1.0, L=256), _case("fa4", 1.2, L=256)])
     power = synth.power_frame(res, dt=0.001, per_case_s=3.0, gap_s=0.5, gpus=2)  # 2 × 7000 samples
     assert len(power) > 2 * plots.MAX_BINS
     power.to_csv(tmp_path / "power.csv", index=False)
-    files = plots.plot_power_timeline(metrics.load_power(tmp_path), res["meta"], None, tmp_path / "b")
+    files = plots.plot_power_timeline(read_power(tmp_path), res["meta"], None, tmp_path / "b")
     assert_png(files[0])
     drawn = pd.read_csv(files[1])
     assert set(drawn["gpu_index"]) == {0, 1}
@@ -360,7 +361,7 @@ def test_length_histograms_go_through_workloads_plot(tmp_path, monkeypatch):
 
     def fake(q_lengths, kv_lengths, path, title):
         calls.append((np.asarray(q_lengths), np.asarray(kv_lengths), Path(path), title))
-        plots._fallback_length_histogram(q_lengths, kv_lengths, path, title)
+        plots.fallback_length_histogram(q_lengths, kv_lengths, path, title)
 
     mod = types.ModuleType("workloads.plot")
     mod.plot_length_histogram = fake

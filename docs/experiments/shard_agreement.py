@@ -14,7 +14,7 @@ import sys
 import pandas as pd
 
 sys.path.insert(0, __import__("os").path.dirname(__file__) + "/../..")
-from bench.results import load_results  # noqa: E402
+from reports.results import read_results as load_results  # noqa: E402
 
 
 def frame(path: str) -> pd.DataFrame:

@@ -1,0 +1,155 @@
+"""What a run executes: concrete workloads, labelled providers and the cases (workload × mode × provider).
+
+A config's set is a sweep: every list-valued workload field is an axis and the workloads are the
+cartesian product; every swept axis appears in the case id (`set1/fwd/L=1024/fill=1.0/gdpa_triton`, the
+peer benchmark's naming, docs/DESIGN.md §4). The id's last segment is the provider's *label*: the
+provider name, or the label a config gave a provider entry with options (docs/DESIGN.md §11).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workloads import build_lengths, make_batch
+
+
+def dtype_of(name: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One concrete workload: a set at one point of its sweep."""
+
+    name: str  # e.g. set1/L=1024/fill=1.0
+    set: str
+    max_len: int
+    sweep: dict  # swept axis -> value (besides L)
+    B: int
+    H: int
+    Hkv: int
+    D: int
+    dtype: str
+    activation: str
+    alpha: float
+    qk_scale: float
+    causal: bool
+    family: str
+    family_params: dict
+    rule: str
+    rule_params: dict
+    seed: int
+    sort_by_length: bool
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (q_lengths, kv_lengths) of this workload: deterministic in its parameters and seed."""
+        return build_lengths(self.family, self.family_params, self.rule, self.rule_params, batch_size=self.B,
+                             max_len=self.max_len, seed=self.seed, sort=self.sort_by_length)
+
+    def batch(self, device, lengths: tuple[np.ndarray, np.ndarray] | None = None):
+        """The jagged batch on `device` (`lengths` when already built, else `self.lengths()`)."""
+        q, kv = lengths if lengths is not None else self.lengths()
+        return make_batch(q, kv, H=self.H, Hkv=self.Hkv, D=self.D, dtype=dtype_of(self.dtype), device=device,
+                          seed=self.seed)
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    """A provider as a config names it: registry name, the label cases use, and its options."""
+
+    label: str
+    name: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    workload: Workload
+    provider: str  # the label
+    mode: str
+    provider_name: str = ""  # the registry name ("": the same as the label)
+    options: dict = field(default_factory=dict)
+
+    @property
+    def spec(self) -> ProviderSpec:
+        return ProviderSpec(self.provider, self.provider_name or self.provider, dict(self.options))
+
+
+def as_list(v: Any) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _fmt(v: Any) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def expand_set(s, check_family, check_pairing) -> list[Workload]:
+    """The workloads of one validated `WorkloadSet`. `check_family(family, params, L)` and
+    `check_pairing(rule, params)` raise the config loader's one-line errors."""
+    lengths = dict(s.lengths)
+    family = lengths.pop("family", None)
+    kv = dict(s.kv)
+    rule = kv.pop("rule", "self")
+    axes: dict[str, list] = {}
+    for key, val in lengths.items():
+        axes[f"lengths.{key}"] = as_list(val)
+    for key, val in kv.items():
+        axes[f"kv.{key}"] = as_list(val)
+    axes["activation"] = as_list(s.activation)
+    axes["seed"] = as_list(s.seed)
+    axes["sort_by_length"] = as_list(s.sort_by_length)
+    swept = {k for k, v in {**lengths, **kv, "activation": s.activation, "seed": s.seed,
+                            "sort_by_length": s.sort_by_length}.items() if isinstance(v, (list, tuple))}
+    out = []
+    keys = list(axes)
+    for L in as_list(s.max_len):
+        for combo in itertools.product(*(axes[k] for k in keys)):
+            point = dict(zip(keys, combo, strict=True))
+            fparams = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("lengths.")}
+            rparams = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("kv.")}
+            if rule == "fixed_kv" and rparams.get("kv_len") in (None, "max_len"):
+                rparams["kv_len"] = L
+            check_family(family, fparams, L)
+            check_pairing(rule, rparams)
+            sweep = {}
+            for k, v in point.items():
+                short = k.split(".", 1)[-1]
+                if short in swept:
+                    sweep["sort" if short == "sort_by_length" else short] = v
+            label = "/".join([f"L={L}"] + [f"{k}={_fmt(v)}" for k, v in sweep.items()])
+            out.append(Workload(
+                name=f"{s.name}/{label}", set=s.name, max_len=L, sweep=sweep, B=s.B, H=s.H,
+                Hkv=s.Hkv or s.H, D=s.D, dtype=s.dtype, activation=point["activation"], alpha=s.alpha,
+                qk_scale=s.qk_scale, causal=s.causal, family=family, family_params=fparams, rule=rule,
+                rule_params=rparams, seed=point["seed"], sort_by_length=point["sort_by_length"]))
+    return out
+
+
+def cases_of(workloads: list[Workload], modes: list[str], providers: list[ProviderSpec]) -> list[Case]:
+    """workload × mode × provider, in that nesting order (the runner builds each batch once)."""
+    cases = []
+    for w in workloads:
+        rest = w.name.split("/", 1)[1]
+        for mode in modes:
+            for p in providers:
+                cases.append(Case(id=f"{w.set}/{mode}/{rest}/{p.label}", workload=w, provider=p.label, mode=mode,
+                                  provider_name=p.name, options=dict(p.options)))
+    return cases
+
+
+def select(cases: list[Case], only: str | None = None, labels: list[str] | None = None) -> list[Case]:
+    """The cases whose id matches the regex `only` and whose provider label is in `labels`."""
+    import re
+
+    if only:
+        rx = re.compile(only)
+        cases = [c for c in cases if rx.search(c.id)]
+    if labels:
+        cases = [c for c in cases if c.provider in labels]
+    return cases

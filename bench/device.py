@@ -1,0 +1,31 @@
+"""Which device a run uses, and the Triton interpreter on machines without a GPU."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from bench.errors import UsageError
+
+
+def use_interpreter_without_gpu() -> None:
+    """Without a CUDA GPU the Triton kernels can only run through the interpreter. It must be chosen
+    before any kernel module is imported: `triton.jit` reads TRITON_INTERPRET at decoration time."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def resolve_device(cfg_device: str, index: int | None = None) -> torch.device:
+    """The config's device (`cuda` or `cpu`), with `index` picking the GPU; one-line UsageError when
+    it does not exist. Sets the current CUDA device: libraries that launch on "the current device"
+    (Triton, some cuDNN/cuBLAS paths) must see this one."""
+    if cfg_device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UsageError("the config asks for device: cuda but no CUDA GPU is visible "
+                         "(use configs/smoke.yaml on a CPU machine)")
+    idx = torch.cuda.current_device() if index is None else index
+    if idx < 0 or idx >= torch.cuda.device_count():
+        raise UsageError(f"--device {idx}: only {torch.cuda.device_count()} GPU(s) visible")
+    torch.cuda.set_device(idx)
+    return torch.device("cuda", idx)

@@ -1,0 +1,27 @@
+"""The harness's error types and exit codes, below every command so that none imports them from the CLI.
+
+Bad input — a config, a path, an option — is one line naming the file, the field and what is allowed,
+and exit code 2 (docs/DESIGN.md §7). A failing kernel is not an error of the harness: it is recorded in
+results.json and the sweep goes on.
+"""
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a regression (compare), or a sharded run with a failed worker or missing cases
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: the finished cases are on disk
+
+
+class ConfigError(Exception):
+    """A bad config: the message is one line, ready to print."""
+
+
+class UsageError(Exception):
+    """A bad command-line option or path: the message is one line, ready to print."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """`Type: first line of the message`, at most `limit` characters: how an exception is recorded."""
+    text = str(exc).strip().splitlines()
+    msg = text[0] if text else ""
+    return f"{type(exc).__name__}: {msg}"[:limit]

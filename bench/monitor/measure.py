@@ -1,0 +1,87 @@
+"""The measured loop of a case's power (docs/DESIGN.md §5): run a callable for at least N seconds with the
+sampler on, then turn the window's samples and energy-counter readings into the case's `power` dict."""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.monitor.summary import energy_from_ticks, summarize_samples
+
+
+def run_for(
+    fn: Callable[[], Any],
+    *,
+    sync: Callable[[], Any],
+    min_seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+    on_start: Callable[[], Any] | None = None,
+) -> tuple[int, float]:
+    """Call ``fn()`` back to back until >= ``min_seconds`` of wall time have passed; (calls, seconds).
+
+    ``sync()`` runs before the start time is read (then ``on_start()``, if given) and after each batch
+    of calls, never per call. Batches double (1, 1, 2, 4, ...) and the last one is sized from the rate
+    seen so far, so the loop ends close to ``min_seconds``: checking only the host clock would let the
+    host queue far more launches than the window holds before the final sync (docs/DESIGN.md §5).
+    About log2(calls) syncs, each a few-µs bubble. ``seconds`` is read after the final sync, so it
+    covers all ``calls``. At least one call is made.
+    """
+    sync()
+    if on_start is not None:
+        on_start()
+    t0 = clock()
+    calls = 0
+    batch = 1
+    while True:
+        for _ in range(batch):
+            fn()
+        calls += batch
+        sync()
+        elapsed = clock() - t0
+        if elapsed >= min_seconds:
+            return calls, elapsed
+        per_call = elapsed / calls
+        need = math.ceil((min_seconds - elapsed) / per_call) if per_call > 0 else calls
+        batch = max(1, min(need, calls))
+
+
+def power_of_window(window: dict, *, calls: int, seconds: float, wall_s: float, e0: int | None, e1: int | None,
+                    cap_w: float | None, flops_per_call: float | None) -> dict | None:
+    """The `power` dict of one measured window (fields documented on `PowerMonitor.measure`).
+
+    `window`: the sampler's readings inside it (`PowerMonitor.window`); `e0`/`e1`: the energy counter
+    (mJ) read at its start and end; `wall_s`: the monotonic span between those two reads. None when
+    neither samples nor the counter gave anything."""
+    result = summarize_samples(window["power_w"], window["sm_clock_mhz"], window["temperature_c"],
+                               window["reason_masks"], cap_w=cap_w)
+    delta_w = None
+    if e0 is not None and e1 is not None and e1 > e0 and seconds > 0:
+        delta_w = (e1 - e0) / 1000.0 / seconds
+    avg_w_from_energy, energy_source = None, None
+    ticks = energy_from_ticks(window["energy_times_s"], window["energy_mj"])
+    if ticks is not None and ticks[1] >= 0.5 * wall_s:
+        avg_w_from_energy, energy_source = ticks[0], "counter_ticks"
+    elif delta_w is not None:
+        avg_w_from_energy, energy_source = delta_w, "counter"
+    if avg_w_from_energy is not None:
+        energy_j = avg_w_from_energy * seconds
+    elif result["avg_w"] is not None:
+        energy_source = "samples"
+        energy_j = result["avg_w"] * seconds
+    else:
+        return None  # nothing measured: no samples and no energy counter
+    tflops = flops_per_call * calls / seconds / 1e12 if flops_per_call is not None and seconds > 0 else None
+    watts = avg_w_from_energy if avg_w_from_energy is not None else result["avg_w"]
+    result.update({
+        "energy_j_per_call": energy_j / calls,
+        "energy_source": energy_source,
+        "avg_w_from_energy": avg_w_from_energy,
+        "avg_w_from_energy_delta": delta_w,
+        "tflops": tflops,
+        "tflops_per_w": tflops / watts if tflops is not None and watts else None,
+        "cap_w": cap_w,
+        "calls": calls,
+        "seconds": seconds,
+    })
+    return result

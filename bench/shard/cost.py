@@ -1,0 +1,57 @@
+"""The cost model of a sweep: estimated wall seconds per case, used to balance shards (bench.shard.plan)
+and to estimate a run's time (`bench list`). Only the ratios between cases matter for the balance; the
+absolute figures are a rough guide (docs/DESIGN.md §10).
+"""
+from __future__ import annotations
+
+from bench.cases import Case, Workload
+from bench.record import FLOP_FACTOR
+from workloads import work_pairs
+
+# Nominal rates that turn FLOPs into seconds: an attention kernel on a datacenter GPU, the Triton
+# interpreter / eager PyTorch on a CPU.
+NOMINAL_FLOPS_PER_S = {"cuda": 100e12, "cpu": 1e9}
+SETUP_S = 0.25  # per case: provider lookup, support check, allocation, bookkeeping
+
+_pairs_cache: dict[tuple, float] = {}
+
+
+def workload_pairs(w: Workload) -> float:
+    """Σ Lq·Lk (unmasked pairs) of a workload, from its deterministic lengths; B·maxL² if they cannot be
+    built here (e.g. an empirical file that only exists on the cluster)."""
+    key = (w.name, w.B, w.seed, w.max_len)
+    if key not in _pairs_cache:
+        try:
+            q, kv = w.lengths()
+            _pairs_cache[key] = float(work_pairs(q, kv, causal=w.causal).sum())
+        except Exception:
+            _pairs_cache[key] = float(w.B) * w.max_len * w.max_len
+    return _pairs_cache[key]
+
+
+def case_flops_estimate(case: Case) -> float:
+    """The runner's FLOP count of a case (bench.record.case_flops, the peers' convention)."""
+    w = case.workload
+    return 4.0 * w.H * w.D * workload_pairs(w) * FLOP_FACTOR[case.mode]
+
+
+def case_cost(case: Case, model=None) -> float:
+    """Estimated wall seconds of one case in the runner.
+
+    Timing budgets are per case, so a small case costs its budgets (warmup_ms + rep_ms, the ≥ 1 s
+    energy loop on a GPU with power on) whatever its FLOPs, while a big one costs its calls: FLOPs at a
+    nominal rate × (correctness + first call + warmup + min_reps).
+    """
+    device = getattr(model, "device", "cuda") if model is not None else "cuda"
+    call_s = case_flops_estimate(case) / NOMINAL_FLOPS_PER_S.get(device, NOMINAL_FLOPS_PER_S["cuda"])
+    if model is None:
+        return SETUP_S + 0.125 + 8 * call_s
+    t = model.timing
+    cost = SETUP_S + call_s  # the untimed first call (compile / autotune / allocate)
+    if model.correctness.enabled:
+        cost += call_s
+    cost += max(t.warmup_ms / 1e3, call_s)
+    cost += max(min(t.rep_ms / 1e3, t.max_reps * call_s), t.min_reps * call_s)
+    if device == "cuda" and model.power.enabled and model.power.energy_loop_s > 0:
+        cost += max(model.power.energy_loop_s, call_s)
+    return cost

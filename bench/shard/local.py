@@ -1,0 +1,233 @@
+"""Sharding a run over one host's GPUs (`python -m bench run CONFIG --gpus all|0,1,...`, docs/DESIGN.md §10).
+
+One `python -m bench run CONFIG --device i --case-list shards/gpu<i>.txt` worker process per GPU, each the
+normal single-GPU runner with its own NVML monitor, GEMM calibration and correctness gate, so two cases
+never share a GPU while timed. Output goes to `shards/gpu<i>.log` and, prefixed with
+`[gpu<i> done/assigned]`, to stdout. CUDA_VISIBLE_DEVICES is left alone. `--resume RUN_DIR --gpus ...`
+runs only the cases still missing, in new shard folders (`shards/resume<k>`).
+
+`device: cpu` configs shard over CPU worker processes instead ("all" = 2 workers, "0,1,2" = three
+workers labelled 0, 1, 2): that exists so sharding, merging and kill recovery are testable without a GPU.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bench.cases import Case
+from bench.config import LoadedConfig, default_run_dir
+from bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
+from bench.reporting import render as render_report
+from bench.shard.merge import merge_planned, rc_text
+from bench.shard.plan import PLAN_SCHEMA, parse_gpus, plan_path, read_plan, shard_cases, write_plan
+from bench.signals import sigterm_as_interrupt
+from reports.results import read_results
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STOP_GRACE_S = 60.0  # after SIGTERM, how long a worker may take to write its results before SIGKILL
+
+def worker_env(n_workers: int, device_type: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    if device_type == "cpu" and "OMP_NUM_THREADS" not in env:
+        # CPU workers share the cores: without this every worker starts one thread per core
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n_workers))
+    return env
+
+
+class Worker:
+    def __init__(self, label: int, cases: list[Case], shard_dir: Path, list_file: Path, log_file: Path,
+                 cmd: list[str], env: dict, tag: str, out_lock: threading.Lock):
+        self.label, self.shard_dir, self.tag, self.lock = label, shard_dir, tag, out_lock
+        self.ids = [c.id for c in cases]
+        self._idset = set(self.ids)
+        self.done = 0
+        list_file.write_text("".join(i + "\n" for i in self.ids))
+        self.log = open(log_file, "w", buffering=1)
+        self.log.write("$ " + " ".join(cmd) + "\n")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)  # Ctrl-C reaches the parent only: it stops us
+        self.thread = threading.Thread(target=self._pump, name=f"{tag}-out", daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.log.write(line + "\n")
+            head = line.strip().split(": ", 1)[0]
+            if head in self._idset:
+                self.done += 1
+            with self.lock:
+                print(f"[{self.tag} {self.done}/{len(self.ids)}] {line}", flush=True)
+        self.proc.stdout.close()
+
+    def finish(self) -> int:
+        rc = self.proc.wait()
+        self.thread.join(timeout=10)
+        self.log.write(f"# exit: {rc_text(rc)}\n")
+        self.log.close()
+        return rc
+
+
+def launch(cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_root: Path,
+            tag_prefix: str = "") -> tuple[dict[int, int], bool]:
+    """One `python -m bench run` per (label, cases); returns {label: returncode} and whether the
+    parent was interrupted (Ctrl-C / SIGTERM: the workers are stopped with SIGTERM, their finished
+    cases kept)."""
+    shard_root.mkdir(parents=True, exist_ok=True)
+    device_type = cfg.model.device
+    env = worker_env(len(assignment), device_type)
+    lock = threading.Lock()
+    workers: list[Worker] = []
+    interrupted = False
+    try:
+        with sigterm_as_interrupt():
+            for label, cases in assignment:
+                sd = shard_root / f"gpu{label}"
+                cmd = [sys.executable, "-m", "bench", "run", str(cfg.path), "--out", str(sd),
+                       "--device", str(label), "--case-list", str(shard_root / f"gpu{label}.txt"), "--no-progress",
+                       "--no-report"]
+                w = Worker(label, cases, sd, shard_root / f"gpu{label}.txt", shard_root / f"gpu{label}.log",
+                            cmd, env, f"{tag_prefix}gpu{label}", lock)
+                workers.append(w)
+                with lock:
+                    print(f"[{w.tag}] pid {w.proc.pid}: {len(cases)} cases -> {sd} (log {sd}.log)", flush=True)
+            while any(w.proc.poll() is None for w in workers):
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        interrupted = True
+        alive = [w for w in workers if w.proc.poll() is None]
+        print(f"interrupted: stopping {len(alive)} worker(s); their finished cases are kept", flush=True)
+        for w in alive:
+            w.proc.send_signal(signal.SIGTERM)  # the runner treats SIGTERM like Ctrl-C
+        deadline = time.monotonic() + STOP_GRACE_S
+        for w in alive:
+            try:
+                w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+    return {w.label: w.finish() for w in workers}, interrupted
+
+
+def run_local(cfg: LoadedConfig, cases: list[Case], run_dir: Path, labels: list[int], *, resume: bool = False,
+               render: bool = True, tag_prefix: str = "") -> int:
+    """Shard `cases` over `labels` workers into run_dir, merge, optionally render; the exit code."""
+    run_dir = Path(run_dir).resolve()
+    plan = read_plan(run_dir) if resume else None
+    if resume and plan is None:
+        plan = adopt_single_run(run_dir, cfg)
+    if plan is None:
+        plan = {"schema": PLAN_SCHEMA, "kind": "local", "config": str(cfg.path), "cases": [], "sources": []}
+        shard_root = run_dir / "shards"
+    else:
+        k = sum(1 for p in (run_dir / "shards").glob("resume*") if p.is_dir()) + 1
+        shard_root = run_dir / "shards" / f"resume{k}"
+    known = set(plan.setdefault("cases", []))
+    plan["cases"] += [c.id for c in cases if c.id not in known]  # config order: the merged order
+    shards = shard_cases(cases, len(labels), cfg.model)
+    assignment = [(lab, sc) for lab, sc in zip(labels, shards, strict=True) if sc]
+    idle = [lab for lab, sc in zip(labels, shards, strict=True) if not sc]
+    if idle:
+        print(f"note: {len(idle)} worker(s) get no case (only {len(cases)} cases): "
+              + ", ".join(f"gpu{i}" for i in idle), flush=True)
+    for lab, sc in assignment:
+        plan["sources"].append({"dir": os.path.relpath(shard_root / f"gpu{lab}", run_dir), "gpu_index": lab,
+                                "cases": [c.id for c in sc], "returncode": None})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_plan(run_dir, plan)
+    what = "GPU" if cfg.model.device == "cuda" else "CPU worker"
+    print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {len(assignment)} {what}(s) "
+          f"[{', '.join(str(lab) for lab, _ in assignment)}] -> {run_dir}", flush=True)
+    rcs, interrupted = launch(cfg, assignment, shard_root, tag_prefix)
+    new = plan["sources"][len(plan["sources"]) - len(assignment):]
+    for src, (lab, _) in zip(new, assignment, strict=True):
+        src["returncode"] = rcs.get(lab)
+    write_plan(run_dir, plan)
+    data = merge_planned(run_dir, interrupted=interrupted)
+    return conclude(run_dir, data, rcs, interrupted, render, tag_prefix)
+
+
+def conclude(run_dir: Path, data: dict, rcs: dict, interrupted: bool, render: bool, tag_prefix: str = "",
+              unit: str = "gpu") -> int:
+    meta = data["meta"]
+    counts: dict[str, int] = {}
+    for c in data["cases"]:
+        counts[c.get("status") or "?"] = counts.get(c.get("status") or "?", 0) + 1
+    bad = {lab: rc for lab, rc in rcs.items() if rc != 0}
+    missing = meta.get("missing_cases") or []
+    for lab, rc in sorted(bad.items()):
+        print(f"{tag_prefix}{unit}{lab}: worker {rc_text(rc)} (log: {log_hint(run_dir, lab, unit)})", flush=True)
+    if missing:
+        print(f"MISSING: {len(missing)} case(s) were assigned but never recorded "
+              f"(in flight or not started when a worker stopped; `--resume {run_dir} --gpus ...` runs them):",
+              flush=True)
+        for i in missing:
+            print(f"  missing: {i}", flush=True)
+    if render:
+        render_report(run_dir)
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no case recorded"
+    print(f"done: {summary} on {meta.get('gpu_count')} worker(s)"
+          + (f", {len(missing)} missing" if missing else "") + f". results: {run_dir / 'results.json'}", flush=True)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if bad or missing else 0
+
+
+def log_hint(run_dir: Path, lab, unit: str) -> str:
+    if unit == "node":
+        return str(run_dir / "submitit")
+    cands = sorted(run_dir.glob(f"shards/**/gpu{lab}.log"), key=lambda p: p.stat().st_mtime)
+    return str(cands[-1]) if cands else str(run_dir / "shards")
+
+
+def adopt_single_run(run_dir: Path, cfg: LoadedConfig) -> dict:
+    """--resume --gpus on a run made without --gpus: its files become the plan's first shard."""
+    base = run_dir / "shards" / "base"
+    base.mkdir(parents=True, exist_ok=True)
+    for name in ("results.json", "results.csv", "power.csv", "errors.log"):
+        if (run_dir / name).is_file():
+            shutil.copy2(run_dir / name, base / name)
+    data = read_results(base)
+    plan = {"schema": PLAN_SCHEMA, "kind": "local", "config": str(cfg.path),
+            "cases": [c["id"] for c in data.get("cases", [])],
+            "sources": [{"dir": "shards/base", "gpu_index": None, "cases": [c["id"] for c in data.get("cases", [])],
+                         "returncode": 0}]}
+    write_plan(run_dir, plan)
+    return plan
+
+
+def run_sharded(cfg: LoadedConfig, cases: list[Case], a) -> int:
+    """`python -m bench run CONFIG --gpus ...`: one worker per GPU, one merged run folder."""
+    if getattr(a, "device", None) is not None:
+        raise UsageError("--device and --gpus cannot be combined: --gpus picks the devices")
+    labels = parse_gpus(a.gpus, cfg.model.device)
+    if a.resume:
+        run_dir = Path(a.resume)
+        if not run_dir.is_dir():
+            raise UsageError(f"--resume {run_dir}: no such folder")
+        if not (run_dir / "results.json").is_file():
+            if read_plan(run_dir) is None:
+                raise UsageError(f"--resume {run_dir}: no results.json there")
+            merge_planned(run_dir)  # the parent died before merging: merge what the shards recorded
+        done = {c["id"] for c in read_results(run_dir).get("cases", [])}
+        todo = [c for c in cases if c.id not in done]
+        print(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded", flush=True)
+        if not todo:
+            if read_plan(run_dir) is not None:
+                data = merge_planned(run_dir)
+                return conclude(run_dir.resolve(), data, {}, False, True)
+            print(f"done: nothing to do. results: {run_dir / 'results.json'}", flush=True)
+            return 0
+        return run_local(cfg, todo, run_dir, labels, resume=True)
+    run_dir = Path(a.out or default_run_dir(cfg))
+    if (run_dir / "results.json").exists() or plan_path(run_dir).exists():
+        raise UsageError(f"--out {run_dir}: already holds a run; pass --resume {run_dir} to continue it "
+                     "or choose another folder")
+    return run_local(cfg, cases, run_dir, labels)

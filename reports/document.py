@@ -1,0 +1,92 @@
+"""The report as a small document model (paragraphs, tables, images, sections) and the cell format.
+
+Every number in a report goes through `fmt`: one place decides how TFLOP/s, ms, W and fractions read,
+and that a missing value is "—".
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+DASH = "—"
+
+# ------------------------------------------------------------------------------------------ formatting
+
+
+def isnum(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def fmt(v: Any, kind: str = "") -> str:
+    """One cell: numbers by `kind`, None/NaN/missing as "—"."""
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return DASH
+    if kind == "str" or not isnum(v):
+        if isinstance(v, (list, tuple)):
+            return ", ".join(str(x) for x in v) if v else DASH
+        s = str(v)
+        return s if s.strip() else DASH
+    x = float(v)
+    if kind == "tflops":  # CPU runs reach only a few GFLOP/s: keep significant digits, never "0.0"
+        return f"{x:,.1f}" if abs(x) >= 1 or x == 0 else f"{x:.3g}"
+    if kind == "ms":
+        return f"{x:.4g}"
+    if kind == "pct":
+        return f"{100 * x:.1f}%"
+    if kind == "x":
+        return f"{x:.2f}×"
+    if kind == "w":
+        return f"{x:,.0f}"
+    if kind == "int":
+        return f"{int(round(x)):,}"
+    if kind == "len":
+        return str(int(round(x)))
+    if kind == "frac":
+        return f"{x:.3f}"
+    if kind == "sci":
+        return f"{x:.2e}"
+    return f"{x:.4g}"
+
+
+def fmt_date(s: Any) -> str:
+    if not isinstance(s, str) or not s:
+        return DASH
+    try:
+        d = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return s
+    if d.tzinfo is not None:
+        d = d.astimezone(_dt.timezone.utc)
+    return d.strftime("%Y-%m-%d %H:%M UTC")
+
+
+# ---------------------------------------------------------------------------------------- document model
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    css: str = ""
+    status_col: int | None = None  # index of a status column (coloured in HTML)
+    empty: str = "(none)"
+
+
+@dataclass
+class Image:
+    path: Path
+    caption: str
+    csv: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Any] = field(default_factory=list)  # str (paragraph), Table, Image, Section (details), ("warn", str)
+    collapsed: bool = False

@@ -1,0 +1,108 @@
+"""Shared pieces of the plots: figures without pyplot state, PNG + CSV writers, colours, panel order."""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from reports.results import MODES
+
+DPI = 110
+
+
+class PlotWarning(UserWarning):
+    """A plot could not be drawn (a placeholder PNG was written instead)."""
+
+
+# -------------------------------------------------------------------------------------------- helpers
+
+
+def figure(w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, facecolor="white")
+    return path
+
+
+def write_csv(df: pd.DataFrame, path: Path, columns: Sequence[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df = df.reindex(columns=list(columns)) if len(df) else pd.DataFrame(columns=list(columns))
+    df.to_csv(path, index=False)
+    return path
+
+
+def placeholder(path: Path, message: str, title: str | None = None) -> Path:
+    """A PNG that says why there is no plot."""
+    fig = figure(8, 2.6)
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=12)
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=12, wrap=True,
+            bbox=dict(boxstyle="round", facecolor="#f3f3f3", edgecolor="#999999"))
+    return save(fig, path)
+
+
+def grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+    cols = max(1, min(max_cols, n))
+    return math.ceil(n / cols), cols
+
+
+def provider_colors(providers: Sequence[str]) -> dict[str, Any]:
+    """A stable colour per provider name (tab10, then tab20 beyond ten)."""
+    from matplotlib import colormaps
+
+    names = sorted({str(p) for p in providers if p is not None})
+    cmap = colormaps["tab10" if len(names) <= 10 else "tab20"]
+    return {p: cmap(i % cmap.N) for i, p in enumerate(names)}
+
+
+def panel_order(df: pd.DataFrame) -> list[str]:
+    """Panels sorted by set, mode (fwd, bwd, fwd_bwd) and sweep label."""
+    keys = df[["panel", "set", "mode", "sweep_label"]].drop_duplicates("panel")
+    keys = keys.assign(_m=keys["mode"].map(lambda m: MODES.index(m) if m in MODES else 9))
+    keys = keys.sort_values(["set", "_m", "sweep_label"], key=lambda s: s.astype(str) if s.name != "_m" else s)
+    return list(keys["panel"])
+
+
+def panel_title(panel: str) -> str:
+    return panel.replace("/", " · ")
+
+
+def provider_order(df: pd.DataFrame) -> list[str]:
+    """GDPA providers first, then softmax ones, each alphabetical."""
+    pairs = df[["provider", "semantics"]].drop_duplicates("provider")
+    pairs = pairs.assign(_s=(pairs["semantics"] == "softmax").astype(int)).sort_values(["_s", "provider"])
+    return [str(p) for p in pairs["provider"]]
+
+
+def fmt_num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name.replace("=", "-")).strip("_") or "workload"
+
+
+def ok_cases(cases: pd.DataFrame) -> pd.DataFrame:
+    return cases[cases["status"] == "ok"] if len(cases) else cases
+
+
+def legend(fig: Figure, handles: dict[str, Any], title: str) -> None:
+    fig.suptitle(title, fontsize=11)
+    if handles:
+        fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
+                   ncols=min(6, len(handles)), fontsize=8, frameon=False)
+
+

@@ -1,0 +1,375 @@
+"""The results contract: one module that owns the run folder's files (docs/DESIGN.md §6).
+
+`results.json` (schema `gdpa-bench/1`) is the source of truth; `results.csv`, `results.parquet` and the
+report are derived from it. `power.csv` is the NVML timeline. `bench` writes these files through this
+module and `reports` reads them through it, so the schema, the flattening and the power-timeline rule
+exist once.
+
+Writes go to a temporary file that is renamed over the old one (`atomic_write`): a run killed at any
+moment leaves a valid results.json holding every case finished before the kill.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pandas as pd
+
+from kernels.registry import MODES
+
+SCHEMA = "gdpa-bench/1"
+STATUSES = ("ok", "incorrect", "failed", "skipped")
+#: power.csv, one row per NVML sample (docs/DESIGN.md §5).
+POWER_COLUMNS = ("time_s", "gpu_index", "power_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
+                 "reasons", "case_id")
+#: Seconds between two stitched segments of one GPU's power timeline (a resumed run, a later shard).
+TIMELINE_GAP_S = 1.0
+
+__all__ = ["MODES", "POWER_COLUMNS", "SCHEMA", "STATUSES", "TIMELINE_GAP_S", "CaseRecord", "ResultsError",
+           "ResultsWriter", "append_timeline", "atomic_write", "clean", "csv_frame", "flatten_case",
+           "flatten_cases", "power_csv_text", "read_power", "read_power_text", "read_results", "results_path",
+           "write_parquet"]
+
+
+class CaseRecord(TypedDict, total=False):
+    """One case of results.json (docs/DESIGN.md §6 lists every field and its meaning)."""
+
+    id: str
+    set: str
+    max_len: int
+    sweep: dict
+    provider: str  # the config label (defaults to the provider name)
+    provider_name: str
+    provider_options: dict | None
+    semantics: str  # gdpa | softmax
+    mode: str  # one of MODES
+    dtype: str
+    activation: str
+    workload: dict
+    status: str  # one of STATUSES
+    error: str | None
+    correctness: dict | None
+    flops: float
+    times_ms: list[float]
+    median_ms: float | None
+    p20_ms: float | None
+    p80_ms: float | None
+    tflops: float | None
+    util_peak: float | None
+    util_measured: float | None
+    power: dict | None
+    gpu_index: int | None
+    gpu_name: str | None
+    kernel_config: dict | None
+    wall_s: float | None
+    tc_util_ncu: float  # only after `bench profile --run`
+    ncu_sm_clock_mhz: float
+    monitor_overhead: dict  # only for cases matched by power.overhead_check
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be used: missing, not JSON, or not schema `gdpa-bench/1` (one line)."""
+
+
+def clean(obj: Any) -> Any:
+    """JSON has no NaN/Inf: write them as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename: never a half-written file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+
+def results_path(path: str | Path) -> Path:
+    """The results.json for `path` (a run folder or the file itself)."""
+    p = Path(path)
+    return p / "results.json" if p.is_dir() else p
+
+
+def read_results(path: str | Path) -> dict:
+    """Read and validate a results file (a run folder or its results.json); `ResultsError` otherwise.
+
+    The returned dict always has `meta` (dict), `workloads` (dict) and `cases` (list of dicts, each
+    with a string `id`)."""
+    p = results_path(path)
+    if not p.exists():
+        where = f"{path}: no results.json in this folder" if Path(path).is_dir() else f"{p}: no such file"
+        raise ResultsError(where)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{p}: expected a JSON object with \"schema\": \"{SCHEMA}\", got {type(data).__name__}")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        raise ResultsError(f"{p}: schema is {schema!r}, expected {SCHEMA!r}")
+    cases = data.get("cases", [])
+    if cases is None:
+        cases = []
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise ResultsError(f"{p}: \"cases\" must be a list of objects")
+    for i, c in enumerate(cases):
+        if not isinstance(c.get("id"), str) or not c.get("id"):
+            raise ResultsError(f"{p}: cases[{i}] has no string \"id\"")
+    data["cases"] = cases
+    if not isinstance(data.get("meta"), dict):
+        data["meta"] = {}
+    if not isinstance(data.get("workloads"), dict):
+        data["workloads"] = {}
+    return data
+
+
+# ---------------------------------------------------------------------------------------- flattening
+
+
+def flatten_cases(cases: list[dict]) -> pd.DataFrame:
+    """One row per case: nested dicts become dotted columns (`power.avg_w`, `workload.total_q`) through
+    `pandas.json_normalize`; lists (`times_ms`, `power.reasons`) stay lists."""
+    if not cases:
+        return pd.DataFrame()
+    return pd.json_normalize([dict(c) for c in cases], sep=".")
+
+
+def flatten_case(case: dict) -> dict:
+    """One case as a flat dict (the row `flatten_cases` gives it)."""
+    return flatten_cases([case]).iloc[0].to_dict()
+
+
+def csv_frame(cases: list[dict]) -> pd.DataFrame:
+    """results.csv: the flat rows, `times_ms` replaced by `n_samples`, other lists joined with "|", and no
+    column that is empty in every row."""
+    df = flatten_cases(cases)
+    if df.empty:
+        return pd.DataFrame({"id": []})
+    if "times_ms" in df.columns:
+        pos = list(df.columns).index("times_ms")
+        n = df["times_ms"].map(lambda t: len(t) if isinstance(t, list) else 0)
+        df = df.drop(columns="times_ms")
+        df.insert(pos, "n_samples", n)
+    for col in df.columns:
+        if df[col].map(lambda v: isinstance(v, list)).any():
+            df[col] = df[col].map(lambda v: "|".join(map(str, v)) if isinstance(v, list) else v)
+    return df.dropna(axis=1, how="all")
+
+
+def write_parquet(cases: list[dict], path: Path) -> Path:
+    """results.parquet: the flat rows with `times_ms` kept as a list column (pandas + pyarrow).
+
+    Columns whose values mix types (a sweep axis that is a number in one set and a word in another) are
+    written as strings: Parquet needs one type per column."""
+    df = flatten_cases(cases)
+    for col in df.columns:
+        if col == "times_ms":
+            continue
+        values = [v for v in df[col] if not _missing(v)]
+        kinds = {type(v) for v in values}
+        if dict in kinds or (len(kinds) > 1 and not kinds <= {int, float}):
+            df[col] = df[col].map(lambda v: None if _missing(v) else _as_text(v))
+    df = df.dropna(axis=1, how="all")
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return Path(path)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _as_text(v: Any) -> str:
+    return json.dumps(clean(v)) if isinstance(v, (list, dict)) else str(v)
+
+
+# -------------------------------------------------------------------------------------------- writing
+
+
+class ResultsWriter:
+    """results.json + results.csv of one run folder, rewritten after every change.
+
+    `existing` (a resumed run's data) keeps its cases and its first `started_at`; the new run's
+    start time is appended to `meta.resumed_at`."""
+
+    def __init__(self, run_dir: Path, meta: dict, existing: dict | None = None):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.data = existing or {"schema": SCHEMA, "meta": meta, "workloads": {}, "cases": []}
+        if existing:
+            old = self.data["meta"]
+            resumed = [*old.get("resumed_at", []), meta.get("started_at")]
+            keep = {k: old[k] for k in ("started_at",) if old.get(k)}
+            old.update({k: v for k, v in meta.items() if v is not None})
+            old.update(keep, resumed_at=resumed)
+        self.flush()
+
+    @classmethod
+    def of(cls, run_dir: Path, data: dict) -> ResultsWriter:
+        """A writer over complete results `data` (a merge, a profile update), written as they are."""
+        writer = cls.__new__(cls)
+        writer.run_dir = Path(run_dir)
+        writer.run_dir.mkdir(parents=True, exist_ok=True)
+        writer.data = data
+        writer.flush()
+        return writer
+
+    @property
+    def json_path(self) -> Path:
+        return self.run_dir / "results.json"
+
+    @property
+    def csv_path(self) -> Path:
+        return self.run_dir / "results.csv"
+
+    @property
+    def meta(self) -> dict:
+        return self.data["meta"]
+
+    def done_ids(self) -> set[str]:
+        return {c["id"] for c in self.data["cases"]}
+
+    def add_workload(self, name: str, entry: dict) -> None:
+        self.data["workloads"][name] = entry
+
+    def add_case(self, case: dict) -> None:
+        cases = self.data["cases"]
+        cases[:] = [c for c in cases if c["id"] != case["id"]]
+        cases.append(case)
+        self.flush()
+
+    def update_cases(self, fields_by_id: dict[str, dict]) -> None:
+        """Add fields to recorded cases (e.g. `bench profile --run`), then rewrite the files."""
+        for c in self.data["cases"]:
+            if c["id"] in fields_by_id:
+                c.update(fields_by_id[c["id"]])
+        self.flush()
+
+    def update_meta(self, **fields: Any) -> None:
+        self.data["meta"].update(fields)
+        self.flush()
+
+    def flush(self) -> None:
+        atomic_write(self.json_path, json.dumps(clean(self.data), indent=1))
+        atomic_write(self.csv_path, csv_frame(self.data["cases"]).to_csv(index=False))
+
+    def write_parquet(self) -> Path:
+        return write_parquet(self.data["cases"], self.run_dir / "results.parquet")
+
+
+# ------------------------------------------------------------------------------------------ power.csv
+
+
+def _cell(v: Any, fmt: str | None = None) -> str:
+    if v is None:
+        return ""
+    return format(v, fmt) if fmt else str(v)
+
+
+def power_csv_text(samples: list[dict]) -> str:
+    """power.csv from sample dicts (keys `POWER_COLUMNS`; `reasons` a list of names or None). Missing
+    values are empty cells; reasons are joined with "|"."""
+    buf = io.StringIO()
+    buf.write(",".join(POWER_COLUMNS) + "\n")
+    for s in samples:
+        reasons = s.get("reasons")
+        row = [_cell(s.get("time_s"), ".6f"), _cell(s.get("gpu_index")), _cell(s.get("power_w"), ".3f"),
+               _cell(s.get("sm_clock_mhz")), _cell(s.get("mem_clock_mhz")), _cell(s.get("temperature_c")),
+               "" if reasons is None else "|".join(reasons), _csv_quote(str(s.get("case_id") or ""))]
+        buf.write(",".join(row) + "\n")
+    return buf.getvalue()
+
+
+def _csv_quote(text: str) -> str:
+    return f'"{text.replace(chr(34), chr(34) * 2)}"' if any(ch in text for ch in ',"\n') else text
+
+
+def read_power_text(path: Path) -> pd.DataFrame | None:
+    """power.csv with every cell kept as written (strings), for stitching files together; None when the
+    file is absent, empty or unreadable."""
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError):
+        return None
+    return df if len(df.columns) else None
+
+
+def append_timeline(old: pd.DataFrame | None, new: pd.DataFrame, gpu_index: int | None = None) -> pd.DataFrame:
+    """The one stitching rule of power timelines: each GPU's new segment starts `TIMELINE_GAP_S` after
+    the last sample that GPU already has (every monitor starts its clock at 0).
+
+    Frames hold power.csv cells as strings (`read_power_text`). `gpu_index` relabels the new rows (a
+    shard's GPU); None keeps their own."""
+    new = new.copy()
+    if gpu_index is not None:
+        new["gpu_index"] = str(gpu_index)
+    gpus = pd.to_numeric(new.get("gpu_index", pd.Series("0", index=new.index)), errors="coerce").fillna(0)
+    new["gpu_index"] = gpus.astype(int).astype(str)
+    times = pd.to_numeric(new["time_s"], errors="coerce")
+    if old is not None and len(old):
+        old_t = pd.to_numeric(old["time_s"], errors="coerce")
+        old_g = old["gpu_index"].astype(str)
+        for g in new["gpu_index"].unique():
+            prev = old_t[old_g == g]
+            if prev.notna().any():
+                sel = new["gpu_index"] == g
+                times[sel] = times[sel] + float(prev.max()) + TIMELINE_GAP_S
+    new["time_s"] = times.map(lambda t: "" if math.isnan(t) else f"{t:.6f}")
+    if old is None or not len(old):
+        return new.reset_index(drop=True)
+    return pd.concat([old, new], ignore_index=True)
+
+
+def read_power(path: str | Path) -> pd.DataFrame | None:
+    """power.csv of a run (a run folder, its results.json or the CSV itself) as numbers, sorted by GPU
+    and time, columns `POWER_COLUMNS`. None when the file is absent; an empty frame when it is empty or
+    unreadable."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "power.csv"
+    elif p.suffix != ".csv":
+        p = p.parent / "power.csv"
+    if not p.exists():
+        return None
+    text_cols = ("reasons", "case_id")
+    try:
+        df = pd.read_csv(p, dtype={c: str for c in text_cols}, keep_default_na=False,
+                         na_values={c: [""] for c in POWER_COLUMNS if c not in text_cols})
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError):
+        return pd.DataFrame(columns=list(POWER_COLUMNS))
+    for c in POWER_COLUMNS:
+        if c not in df.columns:
+            df[c] = "" if c in text_cols else math.nan
+    for c in POWER_COLUMNS:
+        if c not in text_cols:
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    for c in text_cols:
+        df[c] = df[c].fillna("").astype(str)
+    df["gpu_index"] = df["gpu_index"].fillna(0).astype(int)
+    return df[df["time_s"].notna()].sort_values(["gpu_index", "time_s"], kind="stable").reset_index(drop=True)
