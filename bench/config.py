@@ -192,6 +192,7 @@ class LoadedConfig:
     sha256: str
     cases: list[Case] = field(default_factory=list)
     providers: dict[str, ProviderSpec] = field(default_factory=dict)  # label -> spec, config order
+    data: dict | None = None  # the config itself when it was given as a dict (no file to point at)
 
     @property
     def name(self) -> str:
@@ -347,4 +348,4 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
         workloads = expand_set(s, family_ok(s.name), pairing_ok(s.name))
         cases += cases_of(workloads, list(s.modes or model.modes), per_set.get(s.name, top))
     return LoadedConfig(path=path, model=model, sha256=hashlib.sha256(raw).hexdigest(), cases=cases,
-                        providers=labels)
+                        providers=labels, data=data if isinstance(source, Mapping) else None)

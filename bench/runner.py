@@ -70,6 +70,7 @@ class Runner:
         peak, hbm, table_row = envmod.peaks(info["gpu"], hw.peak_tflops, hw.hbm_tb_s, hw.gpu)
         return {
             "config": str(self.cfg.path), "config_name": self.cfg.name, "config_sha256": self.cfg.sha256,
+            **({"config_data": self.cfg.data} if self.cfg.data is not None else {}),
             **info, "gpu_count": 1 if self.device.type == "cuda" else 0,
             "finished_at": None, "interrupted": False, "hardware_target": hw.target,
             "hardware_row": table_row, "power_cap_w": hw.power_cap_w, "enforced_power_limit_w": None,

@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 
-from reports.metrics import ResultsError, read_results
+from reports.results import ResultsError, read_results
 
 
 def tflops_table(data: dict, providers: list[str] | None, modes: list[str]) -> str:
