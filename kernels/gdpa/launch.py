@@ -75,10 +75,7 @@ def run(plain, tuned, args: dict, grid, tiles, device: torch.device, record: dic
             return
         tiles, source = tiles_of(tuned.best_config), "autotuned"
     else:
-        kw = launch_kwargs(tiles)
-        if interpreter:
-            kw.pop("maxnreg", None)
-        kernel = plain[grid(tiles[0], tiles[1])](**args, **kw)
+        kernel = plain[grid(tiles[0], tiles[1])](**args, **launch_kwargs(tiles))
         if record is None:
             return
     entry = {"tiles": list(tiles), "source": source, "interpreter": interpreter,
