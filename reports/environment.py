@@ -1,14 +1,59 @@
-"""The report's environment table: what ran where (GPU, versions, clocks, git state, variables)."""
+"""The report's environment table: what ran where (GPU, versions, clocks, git state, variables).
+
+Rows whose fields a run did not record (older runs, CPU runs) show "—"; the environment capture itself
+is bench.env (docs/DESIGN.md §12).
+"""
 from __future__ import annotations
+
+from typing import Any
 
 from reports.document import DASH, Table, fmt, fmt_date, isnum
 
 
+def gpus_used(meta: dict) -> Any:
+    """GPUs the run used. Runs recorded before `gpu_visible` existed stored the *visible* count in
+    `gpu_count` (a one-GPU run on a two-GPU host said 2); only their merged runs (`shards`) counted workers."""
+    count = meta.get("gpu_count")
+    if "gpu_visible" in meta or "shards" in meta:
+        return count
+    return 1 if meta.get("gpu") else count
+
+
+def _gpu(meta: dict) -> str:
+    gpu, count = meta.get("gpu"), gpus_used(meta)
+    if not gpu:
+        return f"{DASH} (device {meta.get('device') or '?'})"
+    return f"{gpu} × {int(count)}" if isnum(count) and int(count) > 1 else gpu
+
+
+def _pair(d: Any, unit: str = "") -> str:
+    if not isinstance(d, dict) or all(v is None for v in d.values()):
+        return DASH
+    return ", ".join(f"{k} {fmt(v)}{unit}" for k, v in d.items())
+
+
+def _git(meta: dict) -> str:
+    sha = meta.get("git_sha")
+    if not sha:
+        return DASH
+    parts = [str(sha)]
+    if meta.get("git_branch"):
+        parts.append(f"on {meta['git_branch']}")
+    if meta.get("git_commit_time"):
+        parts.append(f"committed {fmt_date(meta['git_commit_time'])}")
+    dirty = meta.get("git_dirty")
+    parts.append({True: "(uncommitted changes)", False: "(clean)"}.get(dirty, ""))
+    return " ".join(p for p in parts if p)
+
+
+def _modes(meta: dict) -> str:
+    names = (("ECC", "gpu_ecc_mode"), ("persistence", "gpu_persistence_mode"), ("MIG", "gpu_mig_mode"))
+    shown = [f"{label} {fmt(meta.get(key))}" for label, key in names if key in meta]
+    return ", ".join(shown) if shown else DASH
+
+
 def environment_table(meta: dict, baseline: str | None) -> Table:
     mon = meta.get("monitor") if isinstance(meta.get("monitor"), dict) else {}
-    gpu = meta.get("gpu")
-    count = meta.get("gpu_count")
-    gpu_s = f"{gpu} × {count}" if gpu and isnum(count) and int(count) > 1 else (gpu or f"{DASH} (device {meta.get('device') or '?'})")
     peaks = meta.get("peak_tflops") or {}
     peak_s = ", ".join(f"{k} {fmt(v, 'tflops')}" for k, v in peaks.items()) if isinstance(peaks, dict) and peaks else DASH
     cap, enf = meta.get("power_cap_w"), meta.get("enforced_power_limit_w")
@@ -24,19 +69,30 @@ def environment_table(meta: dict, baseline: str | None) -> Table:
     mon_s = ("available" if avail else f"unavailable: {mon.get('unavailable_reason') or 'no reason given'}") \
         if avail is not None else DASH
     src = mon.get("power_source")
+    cpu = meta.get("cpu")
+    cpu_s = f"{cpu} ({meta['cpu_count']} cores)" if cpu and meta.get("cpu_count") else fmt(cpu)
+    ram = meta.get("ram_gb")
+    env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     rows = [
-        ["GPU", gpu_s], ["device", fmt(meta.get("device"))], ["host", fmt(meta.get("host"))],
-        ["driver", fmt(meta.get("driver"))], ["CUDA", fmt(meta.get("cuda"))], ["torch", fmt(meta.get("torch"))],
-        ["triton", fmt(meta.get("triton"))], ["python", fmt(meta.get("python"))],
-        ["git sha", fmt(meta.get("git_sha"))],
+        ["GPU", _gpu(meta)], ["GPU UUID", fmt(meta.get("gpu_uuid"))], ["device", fmt(meta.get("device"))],
+        ["host", fmt(meta.get("host"))], ["OS", fmt(meta.get("os") or meta.get("platform"))], ["CPU", cpu_s],
+        ["RAM", f"{fmt(ram)} GB" if isnum(ram) else DASH],
+        ["driver", fmt(meta.get("driver"))], ["CUDA", fmt(meta.get("cuda"))], ["cuDNN", fmt(meta.get("cudnn"))],
+        ["torch", fmt(meta.get("torch"))], ["triton", fmt(meta.get("triton"))],
+        ["flash-attn", fmt(meta.get("flash_attn"))], ["python", fmt(meta.get("python"))],
+        ["git", _git(meta)],
         ["config", f"{fmt(meta.get('config'))} (sha256 {str(meta.get('config_sha256') or DASH)[:12]})"],
         ["started / finished", f"{fmt_date(meta.get('started_at'))} / {fmt_date(meta.get('finished_at'))}"],
+        ["GPU clocks: application / max (MHz)",
+         f"{_pair(meta.get('gpu_clocks_applications_mhz'))} / {_pair(meta.get('gpu_clocks_max_mhz'))}"],
+        ["GPU modes", _modes(meta)],
         ["power cap (configured)", cap_s], ["enforced power limit", enf_s],
         ["datasheet dense peak (TFLOP/s)", peak_s],
         ["datasheet HBM", f"{fmt(meta.get('hbm_tb_s'))} TB/s" if isnum(meta.get("hbm_tb_s")) else DASH],
         ["measured GEMM ceiling", gemm_s],
         ["measured copy bandwidth", f"{fmt(copy)} TB/s" if isnum(copy) else f"{DASH} (not measured)"],
         ["power monitor", mon_s + (f" (source: {src})" if src else "")],
+        ["variables", " ".join(f"{k}={v}" for k, v in env.items()) or DASH],
         ["baseline provider (speedups)", fmt(baseline)],
     ]
     return Table(["", ""], rows, css="env")

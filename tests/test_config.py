@@ -129,3 +129,85 @@ def test_cli_bad_input_subprocess_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "sets.s.B" in proc.stderr
+
+
+# ------------------------------------------------------------------------------- provider entries
+
+
+def test_provider_entries_with_labels_and_options(tmp_path):
+    import tests_support_providers  # noqa: F401  (registers test_tunable)
+
+    text = GOOD.replace("providers: [naive_eager]", """providers:
+  - naive_eager
+  - {name: test_tunable, label: tunable_x2, options: {scale: 2}}
+baseline: tunable_x2""")
+    text = text.replace("    kv: {rule: fixed_kv}\n", """    kv: {rule: fixed_kv}
+  - name: t
+    B: 2
+    H: 2
+    D: 16
+    dtype: fp32
+    max_len: 8
+    providers: [tunable_x2, {name: test_tunable, label: tunable_x3, options: {scale: 3}}, test_tunable]
+""")
+    cfg = load_config(write(tmp_path, text))
+    assert cfg.model.baseline == "tunable_x2"
+    assert list(cfg.providers) == ["naive_eager", "tunable_x2", "tunable_x3", "test_tunable"]
+    assert cfg.providers["tunable_x3"].options == {"scale": 3} and cfg.providers["tunable_x3"].name == "test_tunable"
+    ids = [c.id for c in cfg.cases]
+    assert "s/fwd/L=8/fill=0.5/tunable_x2" in ids and "t/fwd/L=8/tunable_x3" in ids and "t/fwd/L=8/test_tunable" in ids
+    case = next(c for c in cfg.cases if c.id == "t/fwd/L=8/tunable_x3")
+    assert (case.provider, case.provider_name, case.options) == ("tunable_x3", "test_tunable", {"scale": 3})
+    from bench.selection import select_cases
+    picked = select_cases(cfg, None, "tunable_x2,tunable_x3")
+    assert {c.provider for c in picked} == {"tunable_x2", "tunable_x3"}
+
+
+PROVIDER_ERRORS = [
+    ("bad option", "providers: [naive_eager, {name: test_tunable, options: {speed: 9}}]",
+     "providers.1.options: test_tunable: unknown option 'speed'; allowed: scale"),
+    ("options on a provider without any", "providers: [{name: naive_eager, options: {x: 1}}]",
+     "providers.0.options: naive_eager: takes no options, got 'x'"),
+    ("duplicate label", "providers: [naive_eager, {name: test_tunable, label: naive_eager}]",
+     "providers.1: the label 'naive_eager' is used twice"),
+    ("label with a slash", "providers: [{name: naive_eager, label: a/b}]", "providers.0.label: label 'a/b'"),
+    ("unknown key in an entry", "providers: [{name: naive_eager, lable: x}]", "providers.0.lable: unknown field"),
+    ("unknown provider in an entry", "providers: [{name: flashy, label: f}]", "providers.0: unknown provider 'flashy'"),
+    ("baseline not a label", "providers: [naive_eager]\nbaseline: reference",
+     "baseline: 'reference' is not one of the config's providers; allowed: naive_eager"),
+]
+
+
+@pytest.mark.parametrize("label,providers,expected", PROVIDER_ERRORS, ids=[e[0] for e in PROVIDER_ERRORS])
+def test_bad_provider_entry_is_one_line_at_load(tmp_path, capsys, label, providers, expected):
+    import tests_support_providers  # noqa: F401
+
+    path = write(tmp_path, GOOD.replace("providers: [naive_eager]", providers))
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert str(exc.value) == f"{path}: {expected}" or (str(exc.value).startswith(f"{path}: {expected}")), exc.value
+    assert main(["run", str(path)]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_set_label_redefined_with_other_options(tmp_path):
+    import tests_support_providers  # noqa: F401
+
+    text = GOOD.replace("providers: [naive_eager]", "providers: [{name: test_tunable, label: tt, options: {scale: 2}}]")
+    text = text.replace("    kv: {rule: fixed_kv}\n",
+                        "    kv: {rule: fixed_kv}\n    providers: [{name: test_tunable, label: tt, options: {scale: 5}}]\n")
+    with pytest.raises(ConfigError, match=r"sets\.s\.providers\.0: the label 'tt' is already defined with other options"):
+        load_config(write(tmp_path, text))
+
+
+def test_config_as_a_dict_is_validated_like_yaml(tmp_path):
+    import yaml
+
+    data = yaml.safe_load(GOOD)
+    cfg = load_config(data)
+    assert [c.id for c in cfg.cases] == [c.id for c in load_config(write(tmp_path, GOOD)).cases]
+    assert str(cfg.path) == "<config dict>" and cfg.name == "t" and cfg.data == data
+    data["sets"][0]["B"] = 0
+    with pytest.raises(ConfigError) as exc:
+        load_config(data)
+    assert str(exc.value) == "<config dict>: sets.s.B: Input should be greater than 0"

@@ -1,5 +1,7 @@
 """ncu output parsing, the naive baseline's activations, and the committed real H200 results."""
 import json
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,41 @@ def test_committed_example_report_is_complete():
     fwd = next(c for c in ours if c["id"] == "set1/fwd/L=2048/fill=1.0/gdpa_triton")
     if fwd.get("tc_util_ncu") is not None:  # present when `bench profile --run` was run on the example
         assert 0 < fwd["tc_util_ncu"] < 1
+
+
+FAKE_NCU = textwrap.dedent('''\
+    #!{python}
+    """A stand-in for ncu: --export writes a report file, --import prints the metrics as ncu does."""
+    import sys
+    args = sys.argv[1:]
+    if "--import" in args:
+        print(open({csv!r}).read())
+    elif "--export" in args:
+        open(args[args.index("--export") + 1], "w").write("ncu-rep")
+        print("==PROF== Report: written")
+    else:
+        print(open({csv!r}).read())
+    ''')
+
+
+def test_profile_keep_keeps_the_report_next_to_the_run(tmp_path):
+    from bench.config import load_config
+    from bench.profile import ncu_command, profile_case
+
+    csv = tmp_path / "ncu.csv"
+    csv.write_text(NCU)
+    ncu = tmp_path / "ncu"
+    ncu.write_text(FAKE_NCU.format(python=sys.executable, csv=str(csv)))
+    ncu.chmod(0o755)
+    cfg = load_config(ROOT / "configs" / "smoke.yaml")
+    cid = "tiny/fwd/L=24/fill=1.0/naive_eager"
+    keep = tmp_path / "run" / "ncu"
+    keep.mkdir(parents=True)
+    cmd = ncu_command(str(ncu), cfg, cid, None, keep / "x.ncu-rep")
+    assert "--export" in cmd and "--csv" not in cmd
+    r = profile_case(str(ncu), cfg, cid, None, keep)
+    assert r["ncu_report"] == str(keep / "tiny_fwd_L=24_fill=1.0_naive_eager.ncu-rep")
+    assert Path(r["ncu_report"]).read_text() == "ncu-rep"
+    assert r["tc_util_ncu"] == pytest.approx((30 * 0.50 + 10 * 0.70) / 40)
+    plain = profile_case(str(ncu), cfg, cid, None, None)
+    assert "ncu_report" not in plain and plain["tc_util_ncu"] == r["tc_util_ncu"]

@@ -252,3 +252,77 @@ def test_energy_loop_before_or_after_the_samples(tmp_path, first):
     assert rec["status"] == "ok" and rec["power"] == {"avg_w": 1.0}
     assert events == (["energy", "samples"] if first else ["samples", "energy"])
     assert runner.writer.data["meta"]["power_config"]["energy_loop_first"] is first
+
+
+def test_each_labelled_provider_is_built_once_and_recorded(tmp_path):
+    import tests_support_providers as tsp
+
+    cfg = config(tmp_path, "[naive_eager, {name: test_tunable, label: tun2, options: {scale: 2}}, test_tunable]")
+    tsp.Tunable.instances = 0
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    # config load parses each entry's options once (2 entries); the runner builds one per label (2)
+    assert tsp.Tunable.instances == 4
+    data = results(out)
+    assert len(data["cases"]) == 3 * 2 * 2 and all(c["status"] == "ok" for c in data["cases"])
+    tun = [c for c in data["cases"] if c["provider"] == "tun2"]
+    assert len(tun) == 4 and all(c["id"].endswith("/tun2") for c in tun)
+    assert all(c["provider_name"] == "test_tunable" and c["provider_options"] == {"scale": 2} for c in tun)
+    plain = next(c for c in data["cases"] if c["provider"] == "test_tunable")
+    assert plain["provider_name"] == "test_tunable" and plain["provider_options"] is None
+    assert data["meta"]["providers"]["tun2"] == {"name": "test_tunable", "options": {"scale": 2}}
+    assert data["meta"]["gpu_count"] == 0 and data["meta"]["device"] == "cpu"  # GPUs used, not visible
+    # --providers filters by label
+    out2 = tmp_path / "run2"
+    assert main(["run", str(cfg), "--out", str(out2), "--no-progress", "--providers", "tun2"]) == 0
+    assert {c["provider"] for c in results(out2)["cases"]} == {"tun2"}
+
+
+def test_results_csv_has_no_empty_column_and_parquet_keeps_samples(tmp_path):
+    cfg = config(tmp_path, "[naive_eager, test_picky]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    csv = pd.read_csv(out / "results.csv")
+    assert len(csv) == 4 and not [c for c in csv.columns if csv[c].isna().all()]
+    assert "tc_util_ncu" not in csv.columns and "power" not in csv.columns  # never set on this run
+    assert {"n_samples", "tflops", "error", "correctness.rel_err"} <= set(csv.columns)
+    pq = pd.read_parquet(out / "results.parquet")
+    data = results(out)
+    assert list(pq["id"]) == [c["id"] for c in data["cases"]]
+    assert [list(t) if t is not None else [] for t in pq["times_ms"]] == [c["times_ms"] for c in data["cases"]]
+
+
+def test_progress_is_one_live_bar_with_case_lines_above_it():
+    """What a terminal shows: every line's text after its last carriage return. Each case line stands
+    alone (the bar was cleared before it was printed) and the bar is drawn once, at the bottom."""
+    import io
+
+    from bench.progress import Progress
+
+    buf = io.StringIO()
+    p = Progress(3, True, file=buf)
+    lines = [f"  s/fwd/L={L}/p: 1.234 GFLOP/s (5 ms)" for L in (8, 16, 32)]
+    for i, line in enumerate(lines):
+        p.started(line.split(":")[0].strip())
+        p.finished(line, {"ok": i + 1})
+    p.close()
+    shown = [seg.rsplit("\r", 1)[-1].rstrip() for seg in buf.getvalue().split("\n")]
+    shown = [s for s in shown if s.strip()]
+    assert shown[:3] == [line.rstrip() for line in lines]
+    assert len(shown) == 4 and "3/3" in shown[3] and "ok=3" in shown[3]
+    # without a bar the lines go to the log function
+    got = []
+    q = Progress(1, False, log=got.append)
+    q.finished(lines[0], {"ok": 1})
+    q.close()
+    assert got == [lines[0]]
+
+
+def test_case_lines_print_cpu_rates_with_significant_digits():
+    from bench.record import format_rate
+    from bench.runner import case_line
+
+    assert format_rate(3.2e-7) == "0.00032 GFLOP/s" and format_rate(0.5) == "500 GFLOP/s"
+    assert format_rate(612.345) == "612.3 TFLOP/s" and format_rate(None) == "—"
+    rec = {"id": "a/fwd/L=8/p", "status": "ok", "tflops": 1.5e-6, "median_ms": 12.0, "power": None}
+    assert case_line(rec) == "  a/fwd/L=8/p: 0.0015 GFLOP/s (12 ms)"

@@ -1,0 +1,65 @@
+"""reports.results, the one results contract: flattening, files, and the power-timeline stitching rule."""
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+
+from reports.results import (POWER_COLUMNS, SCHEMA, TIMELINE_GAP_S, ResultsError, ResultsWriter, append_timeline,
+                             atomic_write, csv_frame, flatten_case, power_csv_text, read_power, read_results)
+
+
+def frame(rows):
+    text = power_csv_text([dict(zip(POWER_COLUMNS, r, strict=True)) for r in rows])
+    return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+
+
+def test_timeline_segments_start_one_gap_after_each_gpus_last_sample():
+    old = frame([(0.0, 0, 100.0, 1, 1, 40, [], "a"), (2.0, 0, 100.0, 1, 1, 40, [], "a"),
+                 (0.0, 1, 100.0, 1, 1, 40, [], "b"), (5.0, 1, 100.0, 1, 1, 40, ["sw_power_cap"], "b")])
+    new = frame([(0.0, 0, 200.0, 1, 1, 40, [], "c"), (0.5, 0, 200.0, 1, 1, 40, [], "c"),
+                 (0.25, 2, 300.0, None, None, None, None, "d")])
+    out = append_timeline(old, new)
+    t = out["time_s"].astype(float).tolist()
+    assert t[:4] == [0.0, 2.0, 0.0, 5.0]
+    assert t[4:] == [2.0 + TIMELINE_GAP_S, 2.5 + TIMELINE_GAP_S, 0.25]  # gpu 2 has nothing before: unshifted
+    assert out["gpu_index"].tolist() == ["0", "0", "1", "1", "0", "0", "2"]
+    relabelled = append_timeline(old, new, gpu_index=1)  # a shard's rows under its GPU label
+    assert relabelled["gpu_index"].tolist()[4:] == ["1", "1", "1"]
+    assert relabelled["time_s"].astype(float).tolist()[4:] == [6.0, 6.5, 6.25]
+    first = append_timeline(None, new)
+    assert first["time_s"].astype(float).tolist() == [0.0, 0.5, 0.25]
+    assert list(out.columns) == list(POWER_COLUMNS)
+
+
+def test_power_csv_round_trip(tmp_path):
+    samples = [{"time_s": 0.5, "gpu_index": 0, "power_w": 690.0, "sm_clock_mhz": 1755, "mem_clock_mhz": None,
+                "temperature_c": 61, "reasons": ["sw_power_cap", "hw_thermal"], "case_id": "s/fwd/L=8,odd/p"}]
+    atomic_write(tmp_path / "power.csv", power_csv_text(samples))
+    df = read_power(tmp_path)
+    assert df.loc[0, "reasons"] == "sw_power_cap|hw_thermal" and df.loc[0, "case_id"] == "s/fwd/L=8,odd/p"
+    assert df.loc[0, "power_w"] == 690.0 and pd.isna(df.loc[0, "mem_clock_mhz"])
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_flatten_and_csv_frame():
+    case = {"id": "a", "times_ms": [1.0, 2.0], "power": {"avg_w": 5.0, "reasons": ["x", "y"]},
+            "workload": {"params": {"fill": 0.5}}, "error": None, "sweep": {}}
+    row = flatten_case(case)
+    assert row["power.avg_w"] == 5.0 and row["workload.params.fill"] == 0.5 and row["times_ms"] == [1.0, 2.0]
+    df = csv_frame([case, {"id": "b", "times_ms": [], "power": None, "error": None}])
+    assert list(df.columns[:2]) == ["id", "n_samples"] and df["n_samples"].tolist() == [2, 0]
+    assert df.loc[0, "power.reasons"] == "x|y" and "error" not in df.columns  # null in every row
+
+
+def test_writer_of_and_read_results(tmp_path):
+    data = {"schema": SCHEMA, "meta": {"x": 1}, "workloads": {}, "cases": [{"id": "a", "status": "ok"}]}
+    w = ResultsWriter.of(tmp_path, data)
+    w.update_cases({"a": {"tc_util_ncu": 0.5}})
+    back = read_results(tmp_path)
+    assert back["cases"] == [{"id": "a", "status": "ok", "tc_util_ncu": 0.5}] and "resumed_at" not in back["meta"]
+    (tmp_path / "results.json").write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(ResultsError, match="schema is 'other'"):
+        read_results(tmp_path)
