@@ -3,6 +3,7 @@
 Nothing heavy is imported here: the CLI must choose the Triton interpreter before any kernel module is
 imported, so `bench.run` loads its module on first use.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -9,6 +9,7 @@ cases into a run folder (results.json, results.csv, results.parquet, power.csv),
 as `reports.load_run` reads them back. Bad input raises `ConfigError` / `UsageError` with the CLI's
 one line; a failing kernel is a row with `status == "failed"`, never an exception.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -18,9 +19,15 @@ from typing import Any
 import pandas as pd
 
 
-def run(config: str | Path | Mapping[str, Any], *, only: str | None = None,
-        providers: str | list[str] | None = None, out: str | Path | None = None,
-        device: int | str | None = None, progress: bool = False) -> pd.DataFrame:
+def run(
+    config: str | Path | Mapping[str, Any],
+    *,
+    only: str | None = None,
+    providers: str | list[str] | None = None,
+    out: str | Path | None = None,
+    device: int | str | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
     """Run a sweep and return its cases as a DataFrame (one row per case, `reports.load_run`'s columns).
 
     - `config`: a YAML path, or a dict with the same fields (validated exactly like the YAML; errors

@@ -20,7 +20,7 @@ import torch
 
 from bench.monitor import PowerMonitor, run_for
 
-__all__ = ["calibrate_gemm", "calibrate_copy"]
+__all__ = ["calibrate_copy", "calibrate_gemm"]
 
 _FRESH_REPS = 10
 

@@ -1,5 +1,6 @@
 """Power of one case (docs/DESIGN.md §5): the energy loop, before or after the timed samples, and the
 optional monitor-overhead check (the same case timed with the sampling thread stopped)."""
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,11 @@ class CasePower:
                 without = self.timer(fn)
             finally:
                 self.monitor.start()
-            rec["monitor_overhead"] = {"median_ms_with": rec["median_ms"], "median_ms_without": without.median_ms,
-                                       "overhead": rec["median_ms"] / without.median_ms - 1.0}
+            rec["monitor_overhead"] = {
+                "median_ms_with": rec["median_ms"],
+                "median_ms_without": without.median_ms,
+                "overhead": rec["median_ms"] / without.median_ms - 1.0,
+            }
         if not self.cfg.energy_loop_first:
             self.energy_loop(case, rec, fn, flops)
 
@@ -42,5 +46,6 @@ class CasePower:
         """`fn` back to back for `power.energy_loop_s` seconds under the monitor: the case's `power`."""
         if not self.available or self.cfg.energy_loop_s <= 0:
             return
-        rec["power"] = self.monitor.measure(fn, sync=self.sync, min_seconds=self.cfg.energy_loop_s,
-                                            flops_per_call=flops, case_id=case.id)
+        rec["power"] = self.monitor.measure(
+            fn, sync=self.sync, min_seconds=self.cfg.energy_loop_s, flops_per_call=flops, case_id=case.id
+        )

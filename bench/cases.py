@@ -5,20 +5,21 @@ cartesian product; every swept axis appears in the case id (`set1/fwd/L=1024/fil
 peer benchmark's naming, docs/DESIGN.md §4). The id's last segment is the provider's *label*: the
 provider name, or the label a config gave a provider entry with options (docs/DESIGN.md §11).
 """
+
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from workloads import build_lengths, make_batch
 
 
-def dtype_of(name: str):
-    import torch
-
+def dtype_of(name: str) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
@@ -48,14 +49,23 @@ class Workload:
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """The (q_lengths, kv_lengths) of this workload: deterministic in its parameters and seed."""
-        return build_lengths(self.family, self.family_params, self.rule, self.rule_params, batch_size=self.B,
-                             max_len=self.max_len, seed=self.seed, sort=self.sort_by_length)
+        return build_lengths(
+            self.family,
+            self.family_params,
+            self.rule,
+            self.rule_params,
+            batch_size=self.B,
+            max_len=self.max_len,
+            seed=self.seed,
+            sort=self.sort_by_length,
+        )
 
     def batch(self, device, lengths: tuple[np.ndarray, np.ndarray] | None = None):
         """The jagged batch on `device` (`lengths` when already built, else `self.lengths()`)."""
         q, kv = lengths if lengths is not None else self.lengths()
-        return make_batch(q, kv, H=self.H, Hkv=self.Hkv, D=self.D, dtype=dtype_of(self.dtype), device=device,
-                          seed=self.seed)
+        return make_batch(
+            q, kv, H=self.H, Hkv=self.Hkv, D=self.D, dtype=dtype_of(self.dtype), device=device, seed=self.seed
+        )
 
 
 @dataclass(frozen=True)
@@ -104,8 +114,17 @@ def expand_set(s, check_family, check_pairing) -> list[Workload]:
     axes["activation"] = as_list(s.activation)
     axes["seed"] = as_list(s.seed)
     axes["sort_by_length"] = as_list(s.sort_by_length)
-    swept = {k for k, v in {**lengths, **kv, "activation": s.activation, "seed": s.seed,
-                            "sort_by_length": s.sort_by_length}.items() if isinstance(v, (list, tuple))}
+    swept = {
+        k
+        for k, v in {
+            **lengths,
+            **kv,
+            "activation": s.activation,
+            "seed": s.seed,
+            "sort_by_length": s.sort_by_length,
+        }.items()
+        if isinstance(v, (list, tuple))
+    }
     out = []
     keys = list(axes)
     for L in as_list(s.max_len):
@@ -123,11 +142,29 @@ def expand_set(s, check_family, check_pairing) -> list[Workload]:
                 if short in swept:
                     sweep["sort" if short == "sort_by_length" else short] = v
             label = "/".join([f"L={L}"] + [f"{k}={_fmt(v)}" for k, v in sweep.items()])
-            out.append(Workload(
-                name=f"{s.name}/{label}", set=s.name, max_len=L, sweep=sweep, B=s.B, H=s.H,
-                Hkv=s.Hkv or s.H, D=s.D, dtype=s.dtype, activation=point["activation"], alpha=s.alpha,
-                qk_scale=s.qk_scale, causal=s.causal, family=family, family_params=fparams, rule=rule,
-                rule_params=rparams, seed=point["seed"], sort_by_length=point["sort_by_length"]))
+            out.append(
+                Workload(
+                    name=f"{s.name}/{label}",
+                    set=s.name,
+                    max_len=L,
+                    sweep=sweep,
+                    B=s.B,
+                    H=s.H,
+                    Hkv=s.Hkv or s.H,
+                    D=s.D,
+                    dtype=s.dtype,
+                    activation=point["activation"],
+                    alpha=s.alpha,
+                    qk_scale=s.qk_scale,
+                    causal=s.causal,
+                    family=family,
+                    family_params=fparams,
+                    rule=rule,
+                    rule_params=rparams,
+                    seed=point["seed"],
+                    sort_by_length=point["sort_by_length"],
+                )
+            )
     return out
 
 
@@ -138,15 +175,21 @@ def cases_of(workloads: list[Workload], modes: list[str], providers: list[Provid
         rest = w.name.split("/", 1)[1]
         for mode in modes:
             for p in providers:
-                cases.append(Case(id=f"{w.set}/{mode}/{rest}/{p.label}", workload=w, provider=p.label, mode=mode,
-                                  provider_name=p.name, options=dict(p.options)))
+                cases.append(
+                    Case(
+                        id=f"{w.set}/{mode}/{rest}/{p.label}",
+                        workload=w,
+                        provider=p.label,
+                        mode=mode,
+                        provider_name=p.name,
+                        options=dict(p.options),
+                    )
+                )
     return cases
 
 
 def select(cases: list[Case], only: str | None = None, labels: list[str] | None = None) -> list[Case]:
     """The cases whose id matches the regex `only` and whose provider label is in `labels`."""
-    import re
-
     if only:
         rx = re.compile(only)
         cases = [c for c in cases if rx.search(c.id)]

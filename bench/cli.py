@@ -4,6 +4,7 @@
 Bad input (config, paths, options) prints one line naming the file, the field and what is allowed, and
 exits 2. A failing kernel never stops a sweep: it is recorded in results.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,10 @@ def cmd_list(a) -> int:
         print(f"{c.id:{width}s}  ~{s:.1f} s")
     total = sum(costs)
     where = "one GPU" if cfg.model.device == "cuda" else "the CPU"
-    print(f"{len(cases)} cases; estimated wall time ~{_duration(total)} on {where} (the sharding cost model: "
-          "timing budgets, energy loop, FLOPs at a nominal rate; compile and autotune not included)")
+    print(
+        f"{len(cases)} cases; estimated wall time ~{_duration(total)} on {where} (the sharding cost model: "
+        "timing budgets, energy loop, FLOPs at a nominal rate; compile and autotune not included)"
+    )
     return 0
 
 
@@ -143,8 +146,11 @@ def cmd_merge(a) -> int:
     data = merge_planned(run_dir)
     render(run_dir)
     missing = data["meta"].get("missing_cases") or []
-    print(f"merged {len(data['cases'])} cases from {len(data['meta']['shards'])} shard(s)"
-          + (f"; {len(missing)} missing" if missing else "") + f": {run_dir / 'results.json'}")
+    print(
+        f"merged {len(data['cases'])} cases from {len(data['meta']['shards'])} shard(s)"
+        + (f"; {len(missing)} missing" if missing else "")
+        + f": {run_dir / 'results.json'}"
+    )
     return EXIT_FAILED if missing else 0
 
 

@@ -13,6 +13,7 @@ parsed by the provider when the config loads, so a bad option is a config error.
 
 Every problem becomes one `ConfigError` line naming the file, the field and what is allowed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,13 +32,25 @@ from bench.cases import Case, ProviderSpec, Workload, as_list, cases_of, dtype_o
 from bench.errors import ConfigError
 from kernels.activations import ACTIVATION_NAMES
 from kernels.registry import MODES, get_provider, provider_names
+from workloads import check_family_params, check_pairing_params
 
 DTYPES = ("bf16", "fp16", "fp32")
 DICT_SOURCE = "<config dict>"  # how errors name a config given as a Python dict
 LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
-__all__ = ["DICT_SOURCE", "MODES", "BenchConfig", "Case", "ConfigError", "LoadedConfig", "ProviderSpec", "Workload",
-           "default_run_dir", "dtype_of", "load_config"]
+__all__ = [
+    "DICT_SOURCE",
+    "MODES",
+    "BenchConfig",
+    "Case",
+    "ConfigError",
+    "LoadedConfig",
+    "ProviderSpec",
+    "Workload",
+    "default_run_dir",
+    "dtype_of",
+    "load_config",
+]
 
 
 class _Strict(BaseModel):
@@ -232,8 +245,9 @@ def resolve_providers(model: BenchConfig, path) -> tuple[list[ProviderSpec], dic
     for i, e in enumerate(model.providers):
         spec = _spec(e, f"providers.{i}", known, path)
         if spec.label in defined:
-            raise ConfigError(f"{path}: providers.{i}: the label {spec.label!r} is used twice; "
-                              "give each entry its own label")
+            raise ConfigError(
+                f"{path}: providers.{i}: the label {spec.label!r} is used twice; give each entry its own label"
+            )
         defined[spec.label] = spec
         top.append(spec)
     per_set: dict[str, list[ProviderSpec]] = {}
@@ -248,8 +262,10 @@ def resolve_providers(model: BenchConfig, path) -> tuple[list[ProviderSpec], dic
             else:
                 spec = _spec(e, where, known, path)
                 if spec.label in defined and defined[spec.label] != spec:
-                    raise ConfigError(f"{path}: {where}: the label {spec.label!r} is already defined with other "
-                                      "options; give this entry its own label")
+                    raise ConfigError(
+                        f"{path}: {where}: the label {spec.label!r} is already defined with other "
+                        "options; give this entry its own label"
+                    )
                 defined.setdefault(spec.label, spec)
             if any(p.label == spec.label for p in specs):
                 raise ConfigError(f"{path}: {where}: the label {spec.label!r} is listed twice")
@@ -306,8 +322,6 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
 
     Raises `ConfigError` with one line naming the file (or `<config dict>`), the field and what is
     allowed."""
-    from workloads import check_family_params, check_pairing_params
-
     path, data, raw = _read(source)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config fields")
@@ -322,8 +336,9 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
     if model.baseline is None:
         model = model.model_copy(update={"baseline": top[0].label})
     elif model.baseline not in labels:
-        raise ConfigError(f"{path}: baseline: {model.baseline!r} is not one of the config's providers; "
-                          f"allowed: {', '.join(labels)}")
+        raise ConfigError(
+            f"{path}: baseline: {model.baseline!r} is not one of the config's providers; allowed: {', '.join(labels)}"
+        )
 
     def family_ok(set_name: str):
         def check(family, params, max_len):
@@ -333,6 +348,7 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
                 check_family_params(family, params, max_len=max_len)
             except ValueError as exc:
                 raise ConfigError(f"{path}: sets.{set_name}.lengths: {exc}") from None
+
         return check
 
     def pairing_ok(set_name: str):
@@ -341,11 +357,18 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
                 check_pairing_params(rule, params)
             except ValueError as exc:
                 raise ConfigError(f"{path}: sets.{set_name}.kv: {exc}") from None
+
         return check
 
     cases: list[Case] = []
     for s in model.sets:
         workloads = expand_set(s, family_ok(s.name), pairing_ok(s.name))
         cases += cases_of(workloads, list(s.modes or model.modes), per_set.get(s.name, top))
-    return LoadedConfig(path=path, model=model, sha256=hashlib.sha256(raw).hexdigest(), cases=cases,
-                        providers=labels, data=data if isinstance(source, Mapping) else None)
+    return LoadedConfig(
+        path=path,
+        model=model,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        cases=cases,
+        providers=labels,
+        data=data if isinstance(source, Mapping) else None,
+    )

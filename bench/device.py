@@ -1,4 +1,5 @@
 """Which device a run uses, and the Triton interpreter on machines without a GPU."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,9 @@ def resolve_device(cfg_device: str, index: int | None = None) -> torch.device:
     if cfg_device == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise UsageError("the config asks for device: cuda but no CUDA GPU is visible "
-                         "(use configs/smoke.yaml on a CPU machine)")
+        raise UsageError(
+            "the config asks for device: cuda but no CUDA GPU is visible (use configs/smoke.yaml on a CPU machine)"
+        )
     idx = torch.cuda.current_device() if index is None else index
     if idx < 0 or idx >= torch.cuda.device_count():
         raise UsageError(f"--device {idx}: only {torch.cuda.device_count()} GPU(s) visible")

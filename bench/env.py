@@ -7,6 +7,7 @@ CUDA, cuDNN, torch, triton, flash-attn(-4), application and max clocks, ECC, per
 and the GDPA_*, TRITON_* and CUDA_VISIBLE_DEVICES variables. Anything that cannot be read is None;
 nothing here raises.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -20,8 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from torch.utils import collect_env
 
 from bench import hardware
+from bench.monitor import PowerMonitor, device_facts, gpu_index_from_device
+from kernels.registry import get_provider, provider_names
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_PREFIXES = ("GDPA_", "TRITON_")
@@ -44,14 +48,25 @@ def git_state() -> dict:
     sha = _git("rev-parse", "HEAD")
     if not sha:
         env_sha = os.environ.get(GIT_SHA_VARIABLE) or None
-        return {"git_sha": env_sha, "git_commit": env_sha, "git_dirty": None, "git_branch": None,
-                "git_commit_time": None, "git_source": f"${GIT_SHA_VARIABLE}" if env_sha else None}
+        return {
+            "git_sha": env_sha,
+            "git_commit": env_sha,
+            "git_dirty": None,
+            "git_branch": None,
+            "git_commit_time": None,
+            "git_source": f"${GIT_SHA_VARIABLE}" if env_sha else None,
+        }
     status = _git("status", "--porcelain", "--untracked-files=no")
     dirty = None if status is None else bool(status)
     branch = _git("rev-parse", "--abbrev-ref", "HEAD")
-    return {"git_sha": sha + ("-dirty" if dirty else ""), "git_commit": sha, "git_dirty": dirty,
-            "git_branch": None if branch in (None, "HEAD") else branch,
-            "git_commit_time": _git("show", "-s", "--format=%cI", "HEAD"), "git_source": "git"}
+    return {
+        "git_sha": sha + ("-dirty" if dirty else ""),
+        "git_commit": sha,
+        "git_dirty": dirty,
+        "git_branch": None if branch in (None, "HEAD") else branch,
+        "git_commit_time": _git("show", "-s", "--format=%cI", "HEAD"),
+        "git_source": "git",
+    }
 
 
 def git_sha() -> str | None:
@@ -78,8 +93,6 @@ def ram_gb() -> float | None:
 def os_name() -> str:
     """The OS as torch's collect_env names it (distribution and version), else platform's string."""
     try:
-        from torch.utils import collect_env
-
         return collect_env.get_os(collect_env.run) or platform.platform()
     except Exception:
         return platform.platform()
@@ -112,8 +125,6 @@ def gpu_facts(device: torch.device) -> dict:
     """NVML facts of the GPU a run uses (bench.monitor.nvml); all None on a CPU run."""
     if device.type != "cuda":
         return {}
-    from bench.monitor import device_facts, gpu_index_from_device
-
     try:
         return device_facts(gpu_index_from_device(device))
     except Exception as exc:  # a broken NVML install must not stop a run
@@ -158,8 +169,12 @@ def collect(device: torch.device) -> dict:
     }
 
 
-def peaks(gpu_name: str | None, override: dict | None = None, hbm_override: float | None = None,
-          gpu_override: str | None = None) -> tuple[dict, float | None, str | None]:
+def peaks(
+    gpu_name: str | None,
+    override: dict | None = None,
+    hbm_override: float | None = None,
+    gpu_override: str | None = None,
+) -> tuple[dict, float | None, str | None]:
     row = hardware.lookup(gpu_override or gpu_name)
     peak = dict(row["peak_tflops"]) if row else {}
     if override:
@@ -169,8 +184,6 @@ def peaks(gpu_name: str | None, override: dict | None = None, hbm_override: floa
 
 
 def provider_table(device: torch.device) -> list[dict]:
-    from kernels.registry import get_provider, provider_names
-
     rows = []
     for name in provider_names():
         p = get_provider(name)
@@ -178,15 +191,47 @@ def provider_table(device: torch.device) -> list[dict]:
             reason = p.availability(device)
         except Exception as exc:  # an availability probe that crashes is itself the reason
             reason = f"availability check failed: {exc}"
-        rows.append({"provider": name, "semantics": p.semantics, "available": reason is None,
-                     "reason": reason, "description": p.description})
+        rows.append(
+            {
+                "provider": name,
+                "semantics": p.semantics,
+                "available": reason is None,
+                "reason": reason,
+                "description": p.description,
+            }
+        )
     return rows
 
 
-ENV_KEYS = ("host", "os", "cpu", "cpu_count", "ram_gb", "device", "gpu", "gpu_uuid", "compute_capability",
-            "sm_count", "gpu_visible", "driver", "cuda", "cudnn", "torch", "triton", "flash_attn", "python",
-            "git_sha", "git_branch", "git_commit_time", "git_dirty", "gpu_clocks_applications_mhz",
-            "gpu_clocks_max_mhz", "gpu_ecc_mode", "gpu_persistence_mode", "gpu_mig_mode")
+ENV_KEYS = (
+    "host",
+    "os",
+    "cpu",
+    "cpu_count",
+    "ram_gb",
+    "device",
+    "gpu",
+    "gpu_uuid",
+    "compute_capability",
+    "sm_count",
+    "gpu_visible",
+    "driver",
+    "cuda",
+    "cudnn",
+    "torch",
+    "triton",
+    "flash_attn",
+    "python",
+    "git_sha",
+    "git_branch",
+    "git_commit_time",
+    "git_dirty",
+    "gpu_clocks_applications_mhz",
+    "gpu_clocks_max_mhz",
+    "gpu_ecc_mode",
+    "gpu_persistence_mode",
+    "gpu_mig_mode",
+)
 
 
 def print_env(device: torch.device, full: bool = False) -> None:
@@ -197,16 +242,16 @@ def print_env(device: torch.device, full: bool = False) -> None:
     for key, value in info["env"].items():
         print(f"  {'$' + key:28s} {value}")
     try:
-        from bench.monitor import PowerMonitor
-
         mon = PowerMonitor(device_index=device.index or 0)
         i = mon.info()
         state = "available" if i.get("available") else "unavailable: " + str(i.get("unavailable_reason"))
         print(f"  {'nvml':28s} {state}")
         if i.get("available"):
             print(f"  {'power source':28s} {i.get('power_source')} {i.get('power_source_note') or ''}")
-            print(f"  {'power limit':28s} enforced {i.get('enforced_power_limit_w')} W, "
-                  f"default {i.get('default_power_limit_w')} W")
+            print(
+                f"  {'power limit':28s} enforced {i.get('enforced_power_limit_w')} W, "
+                f"default {i.get('default_power_limit_w')} W"
+            )
         mon.close()
     except Exception as exc:
         print(f"  {'nvml':28s} unavailable: {exc}")
@@ -217,8 +262,6 @@ def print_env(device: torch.device, full: bool = False) -> None:
         status = "ok" if r["available"] else f"unavailable: {r['reason']}"
         print(f"  {r['provider']:18s} {r['semantics']:8s} {status}")
     if full:
-        from torch.utils import collect_env
-
         print("\ntorch.utils.collect_env:")
         print(re.sub(r"^", "  ", collect_env.get_pretty_env_info(), flags=re.M))
     sys.stdout.flush()

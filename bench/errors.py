@@ -4,6 +4,7 @@ Bad input — a config, a path, an option — is one line naming the file, the f
 and exit code 2 (docs/DESIGN.md §7). A failing kernel is not an error of the harness: it is recorded in
 results.json and the sweep goes on.
 """
+
 from __future__ import annotations
 
 EXIT_OK = 0

@@ -2,6 +2,7 @@
 backward modes) must match the exact reference on a subset of sequences, within a relative Frobenius
 tolerance and with no NaN/Inf. A case that fails is recorded `incorrect` and not timed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,9 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / denom
 
 
-def correctness(provider: Provider, batch, spec: CaseSpec, mode: str, tolerance: float, max_seqs: int,
-                seed: int) -> dict:
+def correctness(
+    provider: Provider, batch, spec: CaseSpec, mode: str, tolerance: float, max_seqs: int, seed: int
+) -> dict:
     """Compare the provider with the exact reference on a subset of sequences (output, and grads in
     the backward modes); {"rel_err" (the worst tensor), "tolerance", "passed", "per_tensor",
     "checked_seqs"}."""
@@ -62,8 +64,12 @@ def correctness(provider: Provider, batch, spec: CaseSpec, mode: str, tolerance:
         b = batch.with_grad()
         out = provider.forward(b, spec)
         got = torch.autograd.grad(out, (b.q, b.k, b.v), batch.dout)
-        pairs = {"out": (out.detach()[q_idx], ref_out), "dq": (got[0][q_idx], ref_grads[0]),
-                 "dk": (got[1][kv_idx], ref_grads[1]), "dv": (got[2][kv_idx], ref_grads[2])}
+        pairs = {
+            "out": (out.detach()[q_idx], ref_out),
+            "dq": (got[0][q_idx], ref_grads[0]),
+            "dk": (got[1][kv_idx], ref_grads[1]),
+            "dv": (got[2][kv_idx], ref_grads[2]),
+        }
         del out, got, b
     else:
         with torch.no_grad():
@@ -72,5 +78,10 @@ def correctness(provider: Provider, batch, spec: CaseSpec, mode: str, tolerance:
         del out
     per = {k: rel_err(o, r) for k, (o, r) in pairs.items()}
     worst = max(per.values())
-    return {"rel_err": worst, "tolerance": tolerance, "passed": bool(worst <= tolerance),
-            "per_tensor": per, "checked_seqs": len(seqs)}
+    return {
+        "rel_err": worst,
+        "tolerance": tolerance,
+        "passed": bool(worst <= tolerance),
+        "per_tensor": per,
+        "checked_seqs": len(seqs),
+    }

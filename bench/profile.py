@@ -7,6 +7,7 @@ tensor-pipe activity (`tc_util_ncu`, a fraction) and the achieved SM clock, in t
 when --run is given. `--keep` also keeps each case's Nsight Compute report (`.ncu-rep`): under
 `RUN_DIR/ncu/` with --run, else beside profile.json; its path is recorded as `ncu_report`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,7 +23,11 @@ from pathlib import Path
 import torch
 
 from bench.errors import UsageError
+from bench.reporting import render
+from bench.runner import spec_for
 from bench.selection import select_cases
+from kernels.registry import get_provider
+from reports.results import ResultsWriter, read_results
 
 METRIC_TC = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 METRIC_CLK = "sm__cycles_elapsed.avg.per_second"
@@ -56,8 +61,14 @@ def parse_ncu_csv(text: str) -> list[dict]:
         dur = _num(r.get(METRIC_DUR, ""))
         if dur is None:  # the units row
             continue
-        kernels.append({"name": r.get("Kernel Name", "?"), "duration_ns": dur,
-                        "tc_util_pct": _num(r.get(METRIC_TC, "")), "sm_clock_hz": _num(r.get(METRIC_CLK, ""))})
+        kernels.append(
+            {
+                "name": r.get("Kernel Name", "?"),
+                "duration_ns": dur,
+                "tc_util_pct": _num(r.get(METRIC_TC, "")),
+                "sm_clock_hz": _num(r.get(METRIC_CLK, "")),
+            }
+        )
     return kernels
 
 
@@ -68,15 +79,11 @@ def summarize(kernels: list[dict]) -> dict:
         return {"tc_util_ncu": None, "ncu_sm_clock_mhz": None, "ncu_kernels": kernels}
     tc = sum(k["duration_ns"] * (k["tc_util_pct"] or 0.0) for k in kernels) / total / 100.0
     clk = sum(k["duration_ns"] * (k["sm_clock_hz"] or 0.0) for k in kernels) / total / 1e6
-    return {"tc_util_ncu": tc, "ncu_sm_clock_mhz": clk, "ncu_kernels": kernels,
-            "ncu_duration_ms": total / 1e6}
+    return {"tc_util_ncu": tc, "ncu_sm_clock_mhz": clk, "ncu_kernels": kernels, "ncu_duration_ms": total / 1e6}
 
 
 def _child(cfg, case_id: str, device_index: int | None) -> int:
     """Inside ncu: build the case, warm it, run one call inside the profiler range."""
-    from bench.runner import spec_for
-    from kernels.registry import get_provider
-
     case = next(c for c in cfg.cases if c.id == case_id)
     w = case.workload
     device = torch.device("cuda", device_index or 0)
@@ -106,8 +113,17 @@ def ncu_command(ncu: str, cfg, case_id: str, device: int | None, export: Path | 
         cmd += ["--export", str(export), "--force-overwrite"]
     else:
         cmd += ["--csv", "--page", "raw", "--print-units", "base"]
-    cmd += [sys.executable, "-m", "bench", "profile", str(cfg.path), "--only", f"^{re.escape(case_id)}$",
-            "--case", case_id]
+    cmd += [
+        sys.executable,
+        "-m",
+        "bench",
+        "profile",
+        str(cfg.path),
+        "--only",
+        f"^{re.escape(case_id)}$",
+        "--case",
+        case_id,
+    ]
     if device is not None:
         cmd += ["--device", str(device)]
     return cmd
@@ -117,11 +133,16 @@ def profile_case(ncu: str, cfg, case_id: str, device: int | None, keep: Path | N
     """Profile one case in a child process; its summary (or {"error": ...}), plus `ncu_report` if kept."""
     export = report_file(keep, case_id) if keep is not None else None
     try:
-        proc = subprocess.run(ncu_command(ncu, cfg, case_id, device, export), capture_output=True, text=True,
-                              timeout=900)
+        proc = subprocess.run(
+            ncu_command(ncu, cfg, case_id, device, export), capture_output=True, text=True, timeout=900
+        )
         if export is not None and proc.returncode == 0:
-            proc = subprocess.run([ncu, "--import", str(export), "--csv", "--page", "raw", "--print-units", "base"],
-                                  capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                [ncu, "--import", str(export), "--csv", "--page", "raw", "--print-units", "base"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
     except subprocess.TimeoutExpired:
         return {"error": "ncu timed out"}
     kernels = parse_ncu_csv(proc.stdout)
@@ -140,8 +161,10 @@ def profile(cfg, a) -> int:
     cases = select_cases(cfg, a.only, a.providers)
     ncu = find_ncu()
     if ncu is None:
-        raise UsageError("ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin; "
-                         "profile needs it (it ships with the CUDA toolkit)")
+        raise UsageError(
+            "ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin; "
+            "profile needs it (it ships with the CUDA toolkit)"
+        )
     if not torch.cuda.is_available():
         raise UsageError("profile needs a CUDA GPU")
     run_dir = Path(a.run) if a.run else None
@@ -156,15 +179,15 @@ def profile(cfg, a) -> int:
         print(f"profiling {case.id} ...", flush=True)
         r = results[case.id] = profile_case(ncu, cfg, case.id, a.device, keep)
         if r.get("tc_util_ncu") is not None:
-            print(f"  tensor pipe {100 * r['tc_util_ncu']:.1f}% at {r['ncu_sm_clock_mhz']:.0f} MHz "
-                  f"over {len(r['ncu_kernels'])} kernel(s), {r['ncu_duration_ms']:.3f} ms"
-                  + (f"; report {r['ncu_report']}" if r.get("ncu_report") else ""), flush=True)
+            print(
+                f"  tensor pipe {100 * r['tc_util_ncu']:.1f}% at {r['ncu_sm_clock_mhz']:.0f} MHz "
+                f"over {len(r['ncu_kernels'])} kernel(s), {r['ncu_duration_ms']:.3f} ms"
+                + (f"; report {r['ncu_report']}" if r.get("ncu_report") else ""),
+                flush=True,
+            )
         else:
             print(f"  {r.get('error')}", flush=True)
     if run_dir:
-        from bench.reporting import render
-        from reports.results import ResultsWriter, read_results
-
         ResultsWriter.of(run_dir, read_results(run_dir)).update_cases(results)
         render(run_dir)
         print(f"stored in {run_dir / 'results.json'}")

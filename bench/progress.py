@@ -4,10 +4,13 @@ Printing with plain `print` while a bar is drawn leaves a copy of the bar behind
 through the bar clears it, prints the line and redraws it once. Without a bar (`--no-progress`, the
 shard workers whose stdout a parent reads) lines go to the plain log function.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import IO
+
+from tqdm import tqdm
 
 
 class Progress:
@@ -15,8 +18,6 @@ class Progress:
         self.log = log
         self.bar = None
         if enabled:
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, unit="case", dynamic_ncols=True, leave=True, file=file)
         self.file = file
 

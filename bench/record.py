@@ -3,6 +3,7 @@
 FLOPs follow the peers' convention (docs/DESIGN.md §3): fwd = 4·H·D·Σ unmasked (q, k) pairs, bwd 2.5×,
 fwd_bwd 3.5×. TFLOP/s = flops / median time; utilization = TFLOP/s / ceiling (docs/DESIGN.md §5).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,38 +23,87 @@ def case_flops(w: Workload, q_lengths: np.ndarray, kv_lengths: np.ndarray, mode:
 
 def workload_fields(w: Workload, wstats: dict) -> dict:
     """The case's `workload` block: the parameters and the statistics of its lengths."""
-    return {"name": w.name, "family": w.family, "params": w.family_params, "pairing": w.rule,
-            "pairing_params": w.rule_params, "sorted": w.sort_by_length, "B": w.B, "H": w.H, "Hkv": w.Hkv,
-            "D": w.D, "causal": w.causal, "alpha": w.alpha, "qk_scale": w.qk_scale, "max_q": wstats["max_q"],
-            "max_kv": wstats["max_kv"], "total_q": wstats["total_q"], "total_kv": wstats["total_kv"],
-            "padding_waste": wstats["padding_waste"], "flop_waste": wstats["flop_waste"],
-            "imbalance": wstats["imbalance"], "seed": w.seed, "lengths_sha256": wstats["lengths_sha256"]}
+    return {
+        "name": w.name,
+        "family": w.family,
+        "params": w.family_params,
+        "pairing": w.rule,
+        "pairing_params": w.rule_params,
+        "sorted": w.sort_by_length,
+        "B": w.B,
+        "H": w.H,
+        "Hkv": w.Hkv,
+        "D": w.D,
+        "causal": w.causal,
+        "alpha": w.alpha,
+        "qk_scale": w.qk_scale,
+        "max_q": wstats["max_q"],
+        "max_kv": wstats["max_kv"],
+        "total_q": wstats["total_q"],
+        "total_kv": wstats["total_kv"],
+        "padding_waste": wstats["padding_waste"],
+        "flop_waste": wstats["flop_waste"],
+        "imbalance": wstats["imbalance"],
+        "seed": w.seed,
+        "lengths_sha256": wstats["lengths_sha256"],
+    }
 
 
-def base_record(case: Case, semantics: str, options: dict | None, wstats: dict, flops: float,
-                gpu_index: int | None, gpu_name: str | None) -> dict:
+def base_record(
+    case: Case,
+    semantics: str,
+    options: dict | None,
+    wstats: dict,
+    flops: float,
+    gpu_index: int | None,
+    gpu_name: str | None,
+) -> dict:
     """A case before it runs: every field of docs/DESIGN.md §6, the outcome still empty."""
     w = case.workload
     return {
-        "id": case.id, "set": w.set, "max_len": w.max_len, "sweep": dict(w.sweep),
-        "provider": case.provider, "provider_name": case.provider_name or case.provider,
-        "provider_options": options, "semantics": semantics, "mode": case.mode, "dtype": w.dtype,
+        "id": case.id,
+        "set": w.set,
+        "max_len": w.max_len,
+        "sweep": dict(w.sweep),
+        "provider": case.provider,
+        "provider_name": case.provider_name or case.provider,
+        "provider_options": options,
+        "semantics": semantics,
+        "mode": case.mode,
+        "dtype": w.dtype,
         "activation": w.activation if semantics == "gdpa" else "softmax",
         "workload": workload_fields(w, wstats),
-        "status": None, "error": None, "correctness": None, "flops": flops, "times_ms": [],
-        "median_ms": None, "p20_ms": None, "p80_ms": None, "tflops": None, "util_peak": None,
-        "util_measured": None, "power": None, "gpu_index": gpu_index, "gpu_name": gpu_name,
-        "kernel_config": None, "wall_s": None,
+        "status": None,
+        "error": None,
+        "correctness": None,
+        "flops": flops,
+        "times_ms": [],
+        "median_ms": None,
+        "p20_ms": None,
+        "p80_ms": None,
+        "tflops": None,
+        "util_peak": None,
+        "util_measured": None,
+        "power": None,
+        "gpu_index": gpu_index,
+        "gpu_name": gpu_name,
+        "kernel_config": None,
+        "wall_s": None,
     }
 
 
 def timing_fields(samples: Samples, flops: float, peak_tflops: float | None, gemm_tflops: float | None) -> dict:
     """The samples and what follows from them: TFLOP/s from the median, utilization over each ceiling."""
     tflops = flops / (samples.median_ms * 1e-3) / 1e12 if samples.median_ms > 0 else None
-    return {"times_ms": samples.times_ms, "median_ms": samples.median_ms, "p20_ms": samples.p20_ms,
-            "p80_ms": samples.p80_ms, "tflops": tflops,
-            "util_peak": tflops / peak_tflops if tflops is not None and peak_tflops else None,
-            "util_measured": tflops / gemm_tflops if tflops is not None and gemm_tflops else None}
+    return {
+        "times_ms": samples.times_ms,
+        "median_ms": samples.median_ms,
+        "p20_ms": samples.p20_ms,
+        "p80_ms": samples.p80_ms,
+        "tflops": tflops,
+        "util_peak": tflops / peak_tflops if tflops is not None and peak_tflops else None,
+        "util_measured": tflops / gemm_tflops if tflops is not None and gemm_tflops else None,
+    }
 
 
 def format_rate(tflops: float | None) -> str:

@@ -1,4 +1,5 @@
 """Rendering a run's report from the commands that finish a run: a report bug never loses a sweep."""
+
 from __future__ import annotations
 
 import sys
@@ -8,7 +9,7 @@ from pathlib import Path
 def render(run_dir: Path) -> None:
     """report.md/.html and plots/ for `run_dir`; a failure is one line on stderr, never an exception."""
     try:
-        from reports.render import render_report
+        from reports.render import render_report  # noqa: PLC0415  (Matplotlib only when a report is drawn)
     except ImportError as exc:
         print(f"report not rendered: {exc}", file=sys.stderr)
         return

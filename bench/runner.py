@@ -6,6 +6,7 @@ out of memory: memory is freed and the sweep goes on) or `skipped` (the provider
 does not support the case, with the reason). results.json/.csv are rewritten after every case
 (docs/DESIGN.md §5, §6).
 """
+
 from __future__ import annotations
 
 import gc
@@ -20,11 +21,13 @@ import pandas as pd
 import torch
 
 from bench import env as envmod
+from bench.calibrate import calibrate_copy, calibrate_gemm
 from bench.case_power import CasePower
 from bench.cases import Case, Workload
 from bench.config import LoadedConfig, default_run_dir
 from bench.errors import one_line
 from bench.gate import correctness
+from bench.monitor import PowerMonitor
 from bench.progress import Progress
 from bench.record import base_record, case_flops, format_rate, timing_fields
 from bench.signals import sigterm_as_interrupt
@@ -48,8 +51,15 @@ def _free(device: torch.device) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: LoadedConfig, run_dir: Path, device: torch.device, resume: bool = False,
-                 progress: bool = True, log=print):
+    def __init__(
+        self,
+        cfg: LoadedConfig,
+        run_dir: Path,
+        device: torch.device,
+        resume: bool = False,
+        progress: bool = True,
+        log=print,
+    ):
         self.cfg, self.run_dir, self.device, self.log = cfg, Path(run_dir), device, log
         self.m = cfg.model
         self.show_progress = progress
@@ -69,15 +79,28 @@ class Runner:
         hw = self.m.hardware
         peak, hbm, table_row = envmod.peaks(info["gpu"], hw.peak_tflops, hw.hbm_tb_s, hw.gpu)
         return {
-            "config": str(self.cfg.path), "config_name": self.cfg.name, "config_sha256": self.cfg.sha256,
+            "config": str(self.cfg.path),
+            "config_name": self.cfg.name,
+            "config_sha256": self.cfg.sha256,
             **({"config_data": self.cfg.data} if self.cfg.data is not None else {}),
-            **info, "gpu_count": 1 if self.device.type == "cuda" else 0,
-            "finished_at": None, "interrupted": False, "hardware_target": hw.target,
-            "hardware_row": table_row, "power_cap_w": hw.power_cap_w, "enforced_power_limit_w": None,
-            "peak_tflops": peak, "hbm_tb_s": hbm, "measured_gemm_tflops": None, "measured_copy_tb_s": None,
-            "calibration": None, "baseline_provider": self.m.baseline, "monitor": None,
+            **info,
+            "gpu_count": 1 if self.device.type == "cuda" else 0,
+            "finished_at": None,
+            "interrupted": False,
+            "hardware_target": hw.target,
+            "hardware_row": table_row,
+            "power_cap_w": hw.power_cap_w,
+            "enforced_power_limit_w": None,
+            "peak_tflops": peak,
+            "hbm_tb_s": hbm,
+            "measured_gemm_tflops": None,
+            "measured_copy_tb_s": None,
+            "calibration": None,
+            "baseline_provider": self.m.baseline,
+            "monitor": None,
             "providers": {label: {"name": s.name, "options": s.options} for label, s in self.cfg.providers.items()},
-            "timing": self.m.timing.model_dump(), "correctness": self.m.correctness.model_dump(),
+            "timing": self.m.timing.model_dump(),
+            "correctness": self.m.correctness.model_dump(),
             "power_config": self.m.power.model_dump(),
         }
 
@@ -89,25 +112,26 @@ class Runner:
             reason = "no GPU (CPU run)" if self.device.type != "cuda" else "disabled in config (power.enabled: false)"
             self.writer.update_meta(monitor={"available": False, "unavailable_reason": reason})
             return
-        from bench.monitor import PowerMonitor
-
-        self.monitor = PowerMonitor(device_index=self.device.index or 0, period_ms=self.m.power.period_ms,
-                                    power_cap_w=self.m.hardware.power_cap_w)
+        self.monitor = PowerMonitor(
+            device_index=self.device.index or 0,
+            period_ms=self.m.power.period_ms,
+            power_cap_w=self.m.hardware.power_cap_w,
+        )
         self.power.monitor = self.monitor
         info = self.monitor.info()
         limit = info.get("enforced_power_limit_w")
         self.writer.update_meta(monitor=info, enforced_power_limit_w=limit)
         cap = self.m.hardware.power_cap_w
         if cap and limit and abs(cap - limit) > 1:
-            self.say(f"warning: configured power cap {cap:.0f} W differs from the enforced limit {limit:.0f} W; "
-                     "power is reported against the configured cap")
+            self.say(
+                f"warning: configured power cap {cap:.0f} W differs from the enforced limit {limit:.0f} W; "
+                "power is reported against the configured cap"
+            )
         self.monitor.start()
 
     def _calibrate(self) -> None:
         if self.device.type != "cuda" or not self.m.hardware.calibrate:
             return
-        from bench.calibrate import calibrate_copy, calibrate_gemm
-
         try:
             self.say("calibrating: 8192^3 bf16 GEMM and a device copy ...")
             if self.monitor:
@@ -116,14 +140,18 @@ class Runner:
             if self.monitor:
                 self.monitor.end_case()
             copy = calibrate_copy(self.device)
-            self.writer.update_meta(calibration={"gemm": gemm, "copy": copy},
-                                    measured_gemm_tflops=gemm.get("tflops_sustained") or gemm.get("tflops_fresh"),
-                                    measured_copy_tb_s=copy.get("tb_per_s"))
+            self.writer.update_meta(
+                calibration={"gemm": gemm, "copy": copy},
+                measured_gemm_tflops=gemm.get("tflops_sustained") or gemm.get("tflops_fresh"),
+                measured_copy_tb_s=copy.get("tb_per_s"),
+            )
             p = gemm.get("power") or {}
-            self.say(f"  GEMM {gemm.get('tflops_fresh', 0):.0f} TFLOP/s fresh, "
-                     f"{gemm.get('tflops_sustained', 0):.0f} sustained"
-                     + (f" at {p.get('avg_w', 0):.0f} W avg, reasons {p.get('reasons')}" if p else "")
-                     + f"; copy {copy.get('tb_per_s', 0):.2f} TB/s")
+            self.say(
+                f"  GEMM {gemm.get('tflops_fresh', 0):.0f} TFLOP/s fresh, "
+                f"{gemm.get('tflops_sustained', 0):.0f} sustained"
+                + (f" at {p.get('avg_w', 0):.0f} W avg, reasons {p.get('reasons')}" if p else "")
+                + f"; copy {copy.get('tb_per_s', 0):.2f} TB/s"
+            )
         except Exception as exc:
             self.say(f"calibration failed: {one_line(exc)}")
             self.writer.update_meta(calibration={"error": one_line(exc)})
@@ -158,11 +186,19 @@ class Runner:
         t = self.m.timing
         if self.device.type == "cuda":
             with torch.cuda.device(self.device):
-                return time_cuda(fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps,
-                                 max_reps=t.max_reps, flush_l2=t.flush_l2, cuda_graph=t.cuda_graph,
-                                 device=self.device)
-        return time_cpu(fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=min(t.min_reps, 3),
-                        max_reps=min(t.max_reps, 20))
+                return time_cuda(
+                    fn,
+                    warmup_ms=t.warmup_ms,
+                    rep_ms=t.rep_ms,
+                    min_reps=t.min_reps,
+                    max_reps=t.max_reps,
+                    flush_l2=t.flush_l2,
+                    cuda_graph=t.cuda_graph,
+                    device=self.device,
+                )
+        return time_cpu(
+            fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=min(t.min_reps, 3), max_reps=min(t.max_reps, 20)
+        )
 
     def run_case(self, case: Case, batch, wstats: dict, flops: float) -> dict:
         rec = self.record(case, wstats, flops)
@@ -182,14 +218,17 @@ class Runner:
             provider = self.provider(case)
             if self.m.correctness.enabled:
                 c = self.m.correctness
-                rec["correctness"] = correctness(provider, batch, spec, case.mode, c.tolerance, c.max_check_seqs,
-                                                 case.workload.seed)
+                rec["correctness"] = correctness(
+                    provider, batch, spec, case.mode, c.tolerance, c.max_check_seqs, case.workload.seed
+                )
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()  # the gate's grads can be large; give them back before timing
                 if not rec["correctness"]["passed"]:
-                    rec.update(status="incorrect",
-                               error=f"rel_err {rec['correctness']['rel_err']:.3g} > tolerance "
-                                     f"{c.tolerance:g} ({rec['correctness']['per_tensor']})")
+                    rec.update(
+                        status="incorrect",
+                        error=f"rel_err {rec['correctness']['rel_err']:.3g} > tolerance "
+                        f"{c.tolerance:g} ({rec['correctness']['per_tensor']})",
+                    )
                     return rec
             fn = provider.build(batch, spec, case.mode)
             fn()  # compile / autotune / allocate outside the timed region
@@ -216,10 +255,18 @@ class Runner:
     def build_workload(self, w: Workload):
         q_len, kv_len = w.lengths()
         wstats = stats(q_len, kv_len, causal=w.causal)
-        self.writer.add_workload(w.name, {"q_lengths": [int(x) for x in q_len],
-                                          "kv_lengths": [int(x) for x in kv_len], "stats": wstats,
-                                          "family": w.family, "params": w.family_params, "pairing": w.rule,
-                                          "pairing_params": w.rule_params})
+        self.writer.add_workload(
+            w.name,
+            {
+                "q_lengths": [int(x) for x in q_len],
+                "kv_lengths": [int(x) for x in kv_len],
+                "stats": wstats,
+                "family": w.family,
+                "params": w.family_params,
+                "pairing": w.rule,
+                "pairing_params": w.rule_params,
+            },
+        )
         return q_len, kv_len, wstats
 
     def run(self, cases: list[Case]) -> dict:
@@ -245,8 +292,9 @@ class Runner:
                 self._write_power()
                 if self.monitor.error:
                     self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
-            self.writer.update_meta(finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                    interrupted=self.interrupted)
+            self.writer.update_meta(
+                finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), interrupted=self.interrupted
+            )
             self._write_parquet()
         return counts
 

@@ -2,6 +2,7 @@
 
 Shared by `run`, `list`, `profile`, `submit` and the Python API; a bad value is a one-line `UsageError`.
 """
+
 from __future__ import annotations
 
 import re
@@ -47,8 +48,9 @@ def restrict_to_list(cfg: LoadedConfig, cases: list[Case], case_list: str) -> li
         raise UsageError(f"--case-list {case_list}: {exc.strerror}") from None
     unknown = wanted - {c.id for c in cfg.cases}
     if unknown:
-        raise UsageError(f"--case-list {case_list}: {len(unknown)} id(s) not in {cfg.path}, "
-                         f"e.g. {sorted(unknown)[0]!r}")
+        raise UsageError(
+            f"--case-list {case_list}: {len(unknown)} id(s) not in {cfg.path}, e.g. {sorted(unknown)[0]!r}"
+        )
     cases = [c for c in cases if c.id in wanted]
     if not cases:
         raise UsageError(f"--case-list {case_list}: none of its cases matches --only/--providers")

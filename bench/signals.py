@@ -1,4 +1,5 @@
 """SIGTERM handled like Ctrl-C, so `kill` ends a sweep with its finished cases on disk and a report."""
+
 from __future__ import annotations
 
 import signal
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Inside the block, SIGTERM raises KeyboardInterrupt (main thread only; elsewhere a no-op)."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt
 

@@ -7,11 +7,12 @@ CUDA-graph mode replays a captured call (for tiny cases dominated by launch over
 CPU (the smoke config under the Triton interpreter): wall clock per call; the numbers only prove the
 pipeline works.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -25,10 +26,9 @@ class Samples:
     p80_ms: float
 
     @classmethod
-    def of(cls, times: list[float]) -> "Samples":
+    def of(cls, times: list[float]) -> Samples:
         a = np.asarray(times, dtype=float)
-        return cls([float(t) for t in a], float(np.median(a)), float(np.percentile(a, 20)),
-                   float(np.percentile(a, 80)))
+        return cls([float(t) for t in a], float(np.median(a)), float(np.percentile(a, 20)), float(np.percentile(a, 80)))
 
 
 _flush_buffers: dict[int, torch.Tensor] = {}
@@ -47,9 +47,17 @@ def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float, min_reps: int, 
     return max(1, int(warmup_ms / est)), int(min(max_reps, max(min_reps, rep_ms / est)))
 
 
-def time_cuda(fn: Callable[[], object], *, warmup_ms: float, rep_ms: float, min_reps: int = 5,
-              max_reps: int = 2000, flush_l2: bool = True, cuda_graph: bool = False,
-              device: torch.device | None = None) -> Samples:
+def time_cuda(
+    fn: Callable[[], object],
+    *,
+    warmup_ms: float,
+    rep_ms: float,
+    min_reps: int = 5,
+    max_reps: int = 2000,
+    flush_l2: bool = True,
+    cuda_graph: bool = False,
+    device: torch.device | None = None,
+) -> Samples:
     device = device or torch.device("cuda", torch.cuda.current_device())
     flush = l2_flush_buffer(device) if flush_l2 else None
     call = fn
@@ -87,11 +95,12 @@ def time_cuda(fn: Callable[[], object], *, warmup_ms: float, rep_ms: float, min_
         call()
         ends[i].record()
     torch.cuda.synchronize(device)
-    return Samples.of([s.elapsed_time(e) for s, e in zip(starts, ends)])
+    return Samples.of([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
 
 
-def time_cpu(fn: Callable[[], object], *, warmup_ms: float, rep_ms: float, min_reps: int = 3,
-             max_reps: int = 50, **_) -> Samples:
+def time_cpu(
+    fn: Callable[[], object], *, warmup_ms: float, rep_ms: float, min_reps: int = 3, max_reps: int = 50, **_
+) -> Samples:
     # the caller has already warmed fn; this first call gives the estimate (the interpreter is slow)
     t0 = time.perf_counter()
     fn()

@@ -1,4 +1,5 @@
 """`python -m bench workloads CONFIG`: the statistics of every workload, and a length histogram each."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,22 @@ import pandas as pd
 from bench.config import LoadedConfig
 from workloads import plot_length_histogram, stats
 
-COLUMNS = ["workload", "B", "mean_q", "p50_q", "p99_q", "max_q", "mean_kv", "p99_kv", "max_kv",
-           "padding_waste", "padding_waste_kv", "flop_waste", "imbalance", "top1pct_work_share"]
+COLUMNS = [
+    "workload",
+    "B",
+    "mean_q",
+    "p50_q",
+    "p99_q",
+    "max_q",
+    "mean_kv",
+    "p99_kv",
+    "max_kv",
+    "padding_waste",
+    "padding_waste_kv",
+    "flop_waste",
+    "imbalance",
+    "top1pct_work_share",
+]
 
 
 def workload_table(cfg: LoadedConfig) -> tuple[pd.DataFrame, dict]:
@@ -29,8 +44,16 @@ def describe(cfg: LoadedConfig, out: Path | None = None) -> int:
     df, lengths = workload_table(cfg)
     out = out or Path(cfg.model.output_dir) / f"workloads-{cfg.name}"
     out.mkdir(parents=True, exist_ok=True)
-    with pd.option_context("display.max_rows", None, "display.width", 200, "display.max_columns", None,
-                           "display.float_format", "{:.3f}".format):
+    with pd.option_context(
+        "display.max_rows",
+        None,
+        "display.width",
+        200,
+        "display.max_columns",
+        None,
+        "display.float_format",
+        "{:.3f}".format,
+    ):
         print(df[[c for c in COLUMNS if c in df.columns]].to_string(index=False))
     df.to_csv(out / "workloads.csv", index=False)
     for name, (q, kv) in lengths.items():

@@ -7,16 +7,20 @@ Public entry points (imported lazily so that `compare` does not pay for Matplotl
 - `render_report(run_dir, baseline=None) -> {"md", "html", "plots"}` (reports.render)
 - `compare_main(argv=None) -> int`, `compare_runs(base, cur, threshold, alpha, min_samples)` (reports.compare)
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
 _EXPORTS = {
-    "load_run": "reports.metrics", "ResultsError": "reports.metrics", "read_results": "reports.metrics",
+    "load_run": "reports.metrics",
+    "ResultsError": "reports.metrics",
+    "read_results": "reports.metrics",
     "make_all_plots": "reports.plots",
     "render_report": "reports.render",
-    "compare_main": "reports.compare", "compare_runs": "reports.compare",
+    "compare_main": "reports.compare",
+    "compare_runs": "reports.compare",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -3,6 +3,7 @@
 Every number in a report goes through `fmt`: one place decides how TFLOP/s, ms, W and fractions read,
 and that a missing value is "—".
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -44,9 +45,9 @@ def fmt(v: Any, kind: str = "") -> str:
     if kind == "w":
         return f"{x:,.0f}"
     if kind == "int":
-        return f"{int(round(x)):,}"
+        return f"{round(x):,}"
     if kind == "len":
-        return str(int(round(x)))
+        return str(round(x))
     if kind == "frac":
         return f"{x:.3f}"
     if kind == "sci":

@@ -3,6 +3,7 @@
 Rows whose fields a run did not record (older runs, CPU runs) show "—"; the environment capture itself
 is bench.env (docs/DESIGN.md §12).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -55,38 +56,57 @@ def _modes(meta: dict) -> str:
 def environment_table(meta: dict, baseline: str | None) -> Table:
     mon = meta.get("monitor") if isinstance(meta.get("monitor"), dict) else {}
     peaks = meta.get("peak_tflops") or {}
-    peak_s = ", ".join(f"{k} {fmt(v, 'tflops')}" for k, v in peaks.items()) if isinstance(peaks, dict) and peaks else DASH
+    peak_s = (
+        ", ".join(f"{k} {fmt(v, 'tflops')}" for k, v in peaks.items()) if isinstance(peaks, dict) and peaks else DASH
+    )
     cap, enf = meta.get("power_cap_w"), meta.get("enforced_power_limit_w")
     cap_s = f"{fmt(cap, 'w')} W" if isnum(cap) else DASH
     enf_s = f"{fmt(enf, 'w')} W" if isnum(enf) else DASH
     if isnum(cap) and isnum(enf) and float(cap) != float(enf):
         enf_s += "  ⚠ differs from the cap"
     gemm = meta.get("measured_gemm_tflops")
-    gemm_s = (", ".join(f"{k} {fmt(v, 'tflops')}" for k, v in gemm.items()) if isinstance(gemm, dict)
-              else (f"{fmt(gemm, 'tflops')} TFLOP/s" if isnum(gemm) else f"{DASH} (not measured)"))
+    gemm_s = (
+        ", ".join(f"{k} {fmt(v, 'tflops')}" for k, v in gemm.items())
+        if isinstance(gemm, dict)
+        else (f"{fmt(gemm, 'tflops')} TFLOP/s" if isnum(gemm) else f"{DASH} (not measured)")
+    )
     copy = meta.get("measured_copy_tb_s")
     avail = mon.get("available")
-    mon_s = ("available" if avail else f"unavailable: {mon.get('unavailable_reason') or 'no reason given'}") \
-        if avail is not None else DASH
+    mon_s = (
+        ("available" if avail else f"unavailable: {mon.get('unavailable_reason') or 'no reason given'}")
+        if avail is not None
+        else DASH
+    )
     src = mon.get("power_source")
     cpu = meta.get("cpu")
     cpu_s = f"{cpu} ({meta['cpu_count']} cores)" if cpu and meta.get("cpu_count") else fmt(cpu)
     ram = meta.get("ram_gb")
     env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     rows = [
-        ["GPU", _gpu(meta)], ["GPU UUID", fmt(meta.get("gpu_uuid"))], ["device", fmt(meta.get("device"))],
-        ["host", fmt(meta.get("host"))], ["OS", fmt(meta.get("os") or meta.get("platform"))], ["CPU", cpu_s],
+        ["GPU", _gpu(meta)],
+        ["GPU UUID", fmt(meta.get("gpu_uuid"))],
+        ["device", fmt(meta.get("device"))],
+        ["host", fmt(meta.get("host"))],
+        ["OS", fmt(meta.get("os") or meta.get("platform"))],
+        ["CPU", cpu_s],
         ["RAM", f"{fmt(ram)} GB" if isnum(ram) else DASH],
-        ["driver", fmt(meta.get("driver"))], ["CUDA", fmt(meta.get("cuda"))], ["cuDNN", fmt(meta.get("cudnn"))],
-        ["torch", fmt(meta.get("torch"))], ["triton", fmt(meta.get("triton"))],
-        ["flash-attn", fmt(meta.get("flash_attn"))], ["python", fmt(meta.get("python"))],
+        ["driver", fmt(meta.get("driver"))],
+        ["CUDA", fmt(meta.get("cuda"))],
+        ["cuDNN", fmt(meta.get("cudnn"))],
+        ["torch", fmt(meta.get("torch"))],
+        ["triton", fmt(meta.get("triton"))],
+        ["flash-attn", fmt(meta.get("flash_attn"))],
+        ["python", fmt(meta.get("python"))],
         ["git", _git(meta)],
         ["config", f"{fmt(meta.get('config'))} (sha256 {str(meta.get('config_sha256') or DASH)[:12]})"],
         ["started / finished", f"{fmt_date(meta.get('started_at'))} / {fmt_date(meta.get('finished_at'))}"],
-        ["GPU clocks: application / max (MHz)",
-         f"{_pair(meta.get('gpu_clocks_applications_mhz'))} / {_pair(meta.get('gpu_clocks_max_mhz'))}"],
+        [
+            "GPU clocks: application / max (MHz)",
+            f"{_pair(meta.get('gpu_clocks_applications_mhz'))} / {_pair(meta.get('gpu_clocks_max_mhz'))}",
+        ],
         ["GPU modes", _modes(meta)],
-        ["power cap (configured)", cap_s], ["enforced power limit", enf_s],
+        ["power cap (configured)", cap_s],
+        ["enforced power limit", enf_s],
         ["datasheet dense peak (TFLOP/s)", peak_s],
         ["datasheet HBM", f"{fmt(meta.get('hbm_tb_s'))} TB/s" if isnum(meta.get("hbm_tb_s")) else DASH],
         ["measured GEMM ceiling", gemm_s],

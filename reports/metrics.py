@@ -28,6 +28,7 @@ Conventions (all documented here once, used by plots, report and tests):
 Every reader here tolerates missing or null fields (older or partial runs, CPU runs without power or
 peaks): a missing number becomes NaN and is shown as "—" by the report.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,6 +46,7 @@ from reports.results import ResultsError as ResultsError  # compare.py imports i
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4}
 #: Columns kept as Python objects (lists) rather than flattened.
 LIST_FIELDS = ("times_ms", "power.reasons")
+
 
 def load_run(path: str | Path, baseline: str | None = None) -> tuple[dict, pd.DataFrame, dict]:
     """(meta, cases, workloads) of a run. `path`: the run folder or its results.json.
@@ -201,8 +203,9 @@ def case_keys(case: dict) -> dict:
     shape = shape_key(cid)
     keys: dict[str, Any] = {"shape": shape, "panel": panel_key(shape)}
     keys["set"] = case.get("set") if case.get("set") is not None else (parts[0] if len(parts) > 1 else None)
-    keys["provider"] = case.get("provider") if case.get("provider") is not None else (
-        parts[-1] if len(parts) > 1 else None)
+    keys["provider"] = (
+        case.get("provider") if case.get("provider") is not None else (parts[-1] if len(parts) > 1 else None)
+    )
     keys["mode"] = case.get("mode") if case.get("mode") is not None else next((p for p in parts if p in MODES), None)
     if case.get("max_len") is not None:
         keys["max_len"] = case["max_len"]
@@ -226,23 +229,91 @@ def case_keys(case: dict) -> dict:
 
 #: Columns every cases frame has, whatever the input held (missing → NaN/None).
 BASE_COLUMNS = (
-    "id", "shape", "panel", "set", "max_len", "sweep_label", "provider", "semantics", "label", "mode",
-    "dtype", "activation", "status", "error", "flops", "median_ms", "p20_ms", "p80_ms", "tflops",
-    "util_peak", "util_measured", "times_ms", "n_samples", "gpu_index", "tc_util_ncu", "ncu_sm_clock_mhz",
-    "correctness.rel_err", "correctness.tolerance", "correctness.passed",
-    "power.avg_w", "power.peak_w", "power.energy_j_per_call", "power.tflops_per_w", "power.frac_at_cap",
-    "power.sm_clock_mhz_median", "power.reasons", "power.calls", "power.seconds",
-    "workload.name", "workload.family", "workload.B", "workload.H", "workload.Hkv", "workload.D",
-    "workload.causal", "workload.max_q", "workload.max_kv", "workload.total_q", "workload.total_kv",
-    "workload.padding_waste", "workload.flop_waste", "workload.imbalance",
+    "id",
+    "shape",
+    "panel",
+    "set",
+    "max_len",
+    "sweep_label",
+    "provider",
+    "semantics",
+    "label",
+    "mode",
+    "dtype",
+    "activation",
+    "status",
+    "error",
+    "flops",
+    "median_ms",
+    "p20_ms",
+    "p80_ms",
+    "tflops",
+    "util_peak",
+    "util_measured",
+    "times_ms",
+    "n_samples",
+    "gpu_index",
+    "tc_util_ncu",
+    "ncu_sm_clock_mhz",
+    "correctness.rel_err",
+    "correctness.tolerance",
+    "correctness.passed",
+    "power.avg_w",
+    "power.peak_w",
+    "power.energy_j_per_call",
+    "power.tflops_per_w",
+    "power.frac_at_cap",
+    "power.sm_clock_mhz_median",
+    "power.reasons",
+    "power.calls",
+    "power.seconds",
+    "workload.name",
+    "workload.family",
+    "workload.B",
+    "workload.H",
+    "workload.Hkv",
+    "workload.D",
+    "workload.causal",
+    "workload.max_q",
+    "workload.max_kv",
+    "workload.total_q",
+    "workload.total_kv",
+    "workload.padding_waste",
+    "workload.flop_waste",
+    "workload.imbalance",
 )
 NUMERIC_COLUMNS = (
-    "max_len", "flops", "median_ms", "p20_ms", "p80_ms", "tflops", "util_peak", "util_measured",
-    "gpu_index", "tc_util_ncu", "ncu_sm_clock_mhz", "correctness.rel_err", "correctness.tolerance",
-    "power.avg_w", "power.peak_w", "power.energy_j_per_call", "power.tflops_per_w", "power.frac_at_cap",
-    "power.sm_clock_mhz_median", "power.calls", "power.seconds",
-    "workload.B", "workload.H", "workload.Hkv", "workload.D", "workload.max_q", "workload.max_kv",
-    "workload.total_q", "workload.total_kv", "workload.padding_waste", "workload.flop_waste",
+    "max_len",
+    "flops",
+    "median_ms",
+    "p20_ms",
+    "p80_ms",
+    "tflops",
+    "util_peak",
+    "util_measured",
+    "gpu_index",
+    "tc_util_ncu",
+    "ncu_sm_clock_mhz",
+    "correctness.rel_err",
+    "correctness.tolerance",
+    "power.avg_w",
+    "power.peak_w",
+    "power.energy_j_per_call",
+    "power.tflops_per_w",
+    "power.frac_at_cap",
+    "power.sm_clock_mhz_median",
+    "power.calls",
+    "power.seconds",
+    "workload.B",
+    "workload.H",
+    "workload.Hkv",
+    "workload.D",
+    "workload.max_q",
+    "workload.max_kv",
+    "workload.total_q",
+    "workload.total_kv",
+    "workload.padding_waste",
+    "workload.flop_waste",
     "workload.imbalance",
 )
 
@@ -256,8 +327,7 @@ def cases_frame(cases: Iterable[dict], meta: dict | None = None, baseline: str |
         df[col] = keys[col] if len(keys) else pd.Series(dtype=object)
     for col in BASE_COLUMNS:
         if col not in df.columns:
-            df[col] = pd.Series([[] for _ in range(len(df))] if col in LIST_FIELDS else [None] * len(df),
-                                dtype=object)
+            df[col] = pd.Series([[] for _ in range(len(df))] if col in LIST_FIELDS else [None] * len(df), dtype=object)
     for col in NUMERIC_COLUMNS:
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     for col in ("status", "provider", "semantics", "mode", "dtype", "set", "label"):
@@ -297,7 +367,9 @@ def add_metrics(df: pd.DataFrame, meta: dict, baseline: str | None = None) -> pd
         um = utilization(r["tflops"], peak_for(gemm, r["dtype"]))
         util_m.append(um if not math.isnan(um) else r["util_measured"])
         e = r["power.energy_j_per_call"]
-        energy.append(e if not math.isnan(e) else (energy_per_call(r["power.avg_w"], r["median_ms"]) if r["ok"] else math.nan))
+        energy.append(
+            e if not math.isnan(e) else (energy_per_call(r["power.avg_w"], r["median_ms"]) if r["ok"] else math.nan)
+        )
         tw = r["power.tflops_per_w"]
         per_w.append(tw if not math.isnan(tw) else tflops_per_watt(r["tflops"], r["power.avg_w"]))
         b = min_bytes(r)

@@ -8,6 +8,7 @@ Sections: title (config, GPU, date) · warnings · environment · summary per sh
 skips · workload statistics · every case. Softmax providers are labelled "(softmax)" everywhere; any
 missing number is shown as "—". A run with zero ok cases (or no power data) still renders.
 """
+
 from __future__ import annotations
 
 import base64
@@ -53,7 +54,10 @@ def to_markdown(title: str, sections: list[Section], run_dir: Path) -> str:
             elif isinstance(b, Image):
                 rel = b.path.relative_to(run_dir).as_posix() if b.path.is_relative_to(run_dir) else b.path.as_posix()
                 out.extend([f"![{b.caption}]({rel})", ""])
-                data = ", ".join(f"[{c.name}]({c.relative_to(run_dir).as_posix() if c.is_relative_to(run_dir) else c})" for c in b.csv)
+                data = ", ".join(
+                    f"[{c.name}]({c.relative_to(run_dir).as_posix() if c.is_relative_to(run_dir) else c})"
+                    for c in b.csv
+                )
                 out.extend([f"_{b.caption}_" + (f" Data: {data}." if data else ""), ""])
             elif isinstance(b, Section):
                 out.extend([f"{'#' * level} {b.title}", ""])
@@ -130,10 +134,13 @@ def _data_uri(path: Path) -> str:
 
 
 def to_html(title: str, sections: list[Section]) -> str:
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
-           f"<h1>{html.escape(title)}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
 
     def emit(blocks: Iterable[Any], level: int) -> None:
         for b in blocks:
@@ -149,8 +156,10 @@ def to_html(title: str, sections: list[Section]) -> str:
                     continue
                 data = ", ".join(html.escape(c.name) for c in b.csv)
                 cap = html.escape(b.caption) + (f" <em>Data: {data} (beside the PNG in plots/).</em>" if data else "")
-                out.append(f'<figure><img alt="{html.escape(b.path.stem)}" src="{_data_uri(b.path)}">'
-                           f"<figcaption>{cap}</figcaption></figure>")
+                out.append(
+                    f'<figure><img alt="{html.escape(b.path.stem)}" src="{_data_uri(b.path)}">'
+                    f"<figcaption>{cap}</figcaption></figure>"
+                )
             elif isinstance(b, Section):
                 if b.collapsed:
                     out.append(f"<details><summary>{html.escape(b.title)}</summary>")

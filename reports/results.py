@@ -8,6 +8,7 @@ exist once.
 Writes go to a temporary file that is renamed over the old one (`atomic_write`): a run killed at any
 moment leaves a valid results.json holding every case finished before the kill.
 """
+
 from __future__ import annotations
 
 import io
@@ -24,15 +25,41 @@ from kernels.registry import MODES
 SCHEMA = "gdpa-bench/1"
 STATUSES = ("ok", "incorrect", "failed", "skipped")
 #: power.csv, one row per NVML sample (docs/DESIGN.md §5).
-POWER_COLUMNS = ("time_s", "gpu_index", "power_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
-                 "reasons", "case_id")
+POWER_COLUMNS = (
+    "time_s",
+    "gpu_index",
+    "power_w",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temperature_c",
+    "reasons",
+    "case_id",
+)
 #: Seconds between two stitched segments of one GPU's power timeline (a resumed run, a later shard).
 TIMELINE_GAP_S = 1.0
 
-__all__ = ["MODES", "POWER_COLUMNS", "SCHEMA", "STATUSES", "TIMELINE_GAP_S", "CaseRecord", "ResultsError",
-           "ResultsWriter", "append_timeline", "atomic_write", "clean", "csv_frame", "flatten_case",
-           "flatten_cases", "power_csv_text", "read_power", "read_power_text", "read_results", "results_path",
-           "write_parquet"]
+__all__ = [
+    "MODES",
+    "POWER_COLUMNS",
+    "SCHEMA",
+    "STATUSES",
+    "TIMELINE_GAP_S",
+    "CaseRecord",
+    "ResultsError",
+    "ResultsWriter",
+    "append_timeline",
+    "atomic_write",
+    "clean",
+    "csv_frame",
+    "flatten_case",
+    "flatten_cases",
+    "power_csv_text",
+    "read_power",
+    "read_power_text",
+    "read_results",
+    "results_path",
+    "write_parquet",
+]
 
 
 class CaseRecord(TypedDict, total=False):
@@ -128,7 +155,7 @@ def read_results(path: str | Path) -> dict:
     except json.JSONDecodeError as e:
         raise ResultsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     if not isinstance(data, dict):
-        raise ResultsError(f"{p}: expected a JSON object with \"schema\": \"{SCHEMA}\", got {type(data).__name__}")
+        raise ResultsError(f'{p}: expected a JSON object with "schema": "{SCHEMA}", got {type(data).__name__}')
     schema = data.get("schema")
     if schema != SCHEMA:
         raise ResultsError(f"{p}: schema is {schema!r}, expected {SCHEMA!r}")
@@ -136,10 +163,10 @@ def read_results(path: str | Path) -> dict:
     if cases is None:
         cases = []
     if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
-        raise ResultsError(f"{p}: \"cases\" must be a list of objects")
+        raise ResultsError(f'{p}: "cases" must be a list of objects')
     for i, c in enumerate(cases):
         if not isinstance(c.get("id"), str) or not c.get("id"):
-            raise ResultsError(f"{p}: cases[{i}] has no string \"id\"")
+            raise ResultsError(f'{p}: cases[{i}] has no string "id"')
     data["cases"] = cases
     if not isinstance(data.get("meta"), dict):
         data["meta"] = {}
@@ -299,9 +326,16 @@ def power_csv_text(samples: list[dict]) -> str:
     buf.write(",".join(POWER_COLUMNS) + "\n")
     for s in samples:
         reasons = s.get("reasons")
-        row = [_cell(s.get("time_s"), ".6f"), _cell(s.get("gpu_index")), _cell(s.get("power_w"), ".3f"),
-               _cell(s.get("sm_clock_mhz")), _cell(s.get("mem_clock_mhz")), _cell(s.get("temperature_c")),
-               "" if reasons is None else "|".join(reasons), _csv_quote(str(s.get("case_id") or ""))]
+        row = [
+            _cell(s.get("time_s"), ".6f"),
+            _cell(s.get("gpu_index")),
+            _cell(s.get("power_w"), ".3f"),
+            _cell(s.get("sm_clock_mhz")),
+            _cell(s.get("mem_clock_mhz")),
+            _cell(s.get("temperature_c")),
+            "" if reasons is None else "|".join(reasons),
+            _csv_quote(str(s.get("case_id") or "")),
+        ]
         buf.write(",".join(row) + "\n")
     return buf.getvalue()
 
@@ -359,8 +393,12 @@ def read_power(path: str | Path) -> pd.DataFrame | None:
         return None
     text_cols = ("reasons", "case_id")
     try:
-        df = pd.read_csv(p, dtype={c: str for c in text_cols}, keep_default_na=False,
-                         na_values={c: [""] for c in POWER_COLUMNS if c not in text_cols})
+        df = pd.read_csv(
+            p,
+            dtype={c: str for c in text_cols},
+            keep_default_na=False,
+            na_values={c: [""] for c in POWER_COLUMNS if c not in text_cols},
+        )
     except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError):
         return pd.DataFrame(columns=list(POWER_COLUMNS))
     for c in POWER_COLUMNS:

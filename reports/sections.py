@@ -3,6 +3,7 @@
 Overview (counts, warnings) · environment · summary per shape · plots · failures and skips · workload
 statistics · every case. Softmax providers are labelled "(softmax)" everywhere.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,7 +22,9 @@ from reports.results import MODES
 def _shape_sort_key(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(
         _m=df["mode"].map(lambda m: MODES.index(m) if m in MODES else 9),
-        _set=df["set"].astype(str), _sw=df["sweep_label"].astype(str), _L=df["max_len"].fillna(-1),
+        _set=df["set"].astype(str),
+        _sw=df["sweep_label"].astype(str),
+        _L=df["max_len"].fillna(-1),
     ).sort_values(["_set", "_m", "_sw", "_L"], kind="stable")
 
 
@@ -29,9 +32,11 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
     out = []
     cap, enf = meta.get("power_cap_w"), meta.get("enforced_power_limit_w")
     if isnum(cap) and isnum(enf) and float(cap) != float(enf):
-        out.append(f"The configured power cap ({fmt(cap, 'w')} W) differs from the limit the GPU enforced "
-                   f"({fmt(enf, 'w')} W): power numbers are reported against the cap, but the GPU "
-                   f"{'could draw more' if float(enf) > float(cap) else 'was held below it'}.")
+        out.append(
+            f"The configured power cap ({fmt(cap, 'w')} W) differs from the limit the GPU enforced "
+            f"({fmt(enf, 'w')} W): power numbers are reported against the cap, but the GPU "
+            f"{'could draw more' if float(enf) > float(cap) else 'was held below it'}."
+        )
     if meta.get("interrupted"):
         out.append("The run was interrupted: the results are partial.")
     elif "finished_at" in meta and meta.get("finished_at") is None:
@@ -55,8 +60,22 @@ def _summary(cases: pd.DataFrame, baseline: str | None) -> Table:
     others = [p for p in _providers(cases) if p != baseline]
     labels = _labels(cases)
     base_label = labels.get(baseline, baseline or DASH)
-    headers = ["set", "mode", "L", "sweep", "dtype", "best GDPA", "TFLOP/s", "util peak", "util GEMM",
-               "J/call", "avg W", "at cap", "best softmax", "TFLOP/s"]
+    headers = [
+        "set",
+        "mode",
+        "L",
+        "sweep",
+        "dtype",
+        "best GDPA",
+        "TFLOP/s",
+        "util peak",
+        "util GEMM",
+        "J/call",
+        "avg W",
+        "at cap",
+        "best softmax",
+        "TFLOP/s",
+    ]
     headers += [f"{labels.get(p, p)} vs {base_label}" for p in others]
     rows = []
     for _, s in shapes.iterrows():
@@ -65,9 +84,15 @@ def _summary(cases: pd.DataFrame, baseline: str | None) -> Table:
         x = best_s.loc[shape] if shape in best_s.index else None
         row = [fmt(s["set"]), fmt(s["mode"]), fmt(s["max_len"], "len"), fmt(s["sweep_label"]), fmt(s["dtype"])]
         if g is not None:
-            row += [str(g["label"]), fmt(g["tflops"], "tflops"), fmt(g["util_peak"], "pct"),
-                    fmt(g["util_measured"], "pct"), fmt(g["energy_j_per_call"], "sci"), fmt(g["power.avg_w"], "w"),
-                    fmt(g["power.frac_at_cap"], "pct")]
+            row += [
+                str(g["label"]),
+                fmt(g["tflops"], "tflops"),
+                fmt(g["util_peak"], "pct"),
+                fmt(g["util_measured"], "pct"),
+                fmt(g["energy_j_per_call"], "sci"),
+                fmt(g["power.avg_w"], "w"),
+                fmt(g["power.frac_at_cap"], "pct"),
+            ]
         else:
             row += [DASH] * 7
         row += [str(x["label"]), fmt(x["tflops"], "tflops")] if x is not None else [DASH, DASH]
@@ -86,24 +111,63 @@ def _providers(cases: pd.DataFrame) -> list[str]:
 
 
 def _labels(cases: pd.DataFrame) -> dict[str, str]:
-    return {str(r["provider"]): provider_label(r["provider"], r["semantics"])
-            for _, r in cases.drop_duplicates("provider").iterrows() if r["provider"] is not None}
+    return {
+        str(r["provider"]): provider_label(r["provider"], r["semantics"])
+        for _, r in cases.drop_duplicates("provider").iterrows()
+        if r["provider"] is not None
+    }
 
 
 def _cases_table(cases: pd.DataFrame) -> Table:
-    headers = ["case", "provider", "status", "median ms", "p20–p80 ms", "n", "TFLOP/s", "util peak", "util GEMM",
-               "speedup", "rel err", "avg W", "peak W", "J/call", "TFLOP/s/W", "at cap", "SM MHz", "reasons",
-               "FLOP/B", "error"]
+    headers = [
+        "case",
+        "provider",
+        "status",
+        "median ms",
+        "p20–p80 ms",
+        "n",
+        "TFLOP/s",
+        "util peak",
+        "util GEMM",
+        "speedup",
+        "rel err",
+        "avg W",
+        "peak W",
+        "J/call",
+        "TFLOP/s/W",
+        "at cap",
+        "SM MHz",
+        "reasons",
+        "FLOP/B",
+        "error",
+    ]
     rows = []
     for _, r in _shape_sort_key(cases).iterrows() if len(cases) else []:
         p2080 = f"{fmt(r['p20_ms'], 'ms')}–{fmt(r['p80_ms'], 'ms')}" if isnum(r["p20_ms"]) else DASH
-        rows.append([fmt(r["id"]), fmt(r["label"]), fmt(r["status"]), fmt(r["median_ms"], "ms"), p2080,
-                     fmt(r["n_samples"], "int") if r["n_samples"] else DASH, fmt(r["tflops"], "tflops"),
-                     fmt(r["util_peak"], "pct"), fmt(r["util_measured"], "pct"), fmt(r["speedup"], "x"),
-                     fmt(r["correctness.rel_err"], "sci"), fmt(r["power.avg_w"], "w"), fmt(r["power.peak_w"], "w"),
-                     fmt(r["energy_j_per_call"], "sci"), fmt(r["tflops_per_w"], "frac"),
-                     fmt(r["power.frac_at_cap"], "pct"), fmt(r["power.sm_clock_mhz_median"], "w"),
-                     fmt(r["power.reasons"]), fmt(r["intensity"], "w"), fmt(r["error"])])
+        rows.append(
+            [
+                fmt(r["id"]),
+                fmt(r["label"]),
+                fmt(r["status"]),
+                fmt(r["median_ms"], "ms"),
+                p2080,
+                fmt(r["n_samples"], "int") if r["n_samples"] else DASH,
+                fmt(r["tflops"], "tflops"),
+                fmt(r["util_peak"], "pct"),
+                fmt(r["util_measured"], "pct"),
+                fmt(r["speedup"], "x"),
+                fmt(r["correctness.rel_err"], "sci"),
+                fmt(r["power.avg_w"], "w"),
+                fmt(r["power.peak_w"], "w"),
+                fmt(r["energy_j_per_call"], "sci"),
+                fmt(r["tflops_per_w"], "frac"),
+                fmt(r["power.frac_at_cap"], "pct"),
+                fmt(r["power.sm_clock_mhz_median"], "w"),
+                fmt(r["power.reasons"]),
+                fmt(r["intensity"], "w"),
+                fmt(r["error"]),
+            ]
+        )
     return Table(headers, rows, css="cases", status_col=2, empty="No cases recorded.")
 
 
@@ -115,16 +179,32 @@ def _failures(cases: pd.DataFrame) -> Table:
         bad = bad.assign(_o=bad["status"].map(lambda s: order.get(s, 3))).sort_values(["_o", "id"], kind="stable")
         for _, r in bad.iterrows():
             rows.append([fmt(r["id"]), fmt(r["label"]), fmt(r["status"]), fmt(r["error"])])
-    return Table(["case", "provider", "status", "error"], rows, css="failures", status_col=2,
-                 empty="None: every case finished ok.")
+    return Table(
+        ["case", "provider", "status", "error"],
+        rows,
+        css="failures",
+        status_col=2,
+        empty="None: every case finished ok.",
+    )
 
 
-WORKLOAD_FIELDS = [("B", "B", "int"), ("total Q", "total_q", "int"), ("total KV", "total_kv", "int"),
-                   ("mean Q", "mean_q", "w"), ("p50 Q", "p50_q", "w"), ("p90 Q", "p90_q", "w"),
-                   ("p99 Q", "p99_q", "w"), ("max Q", "max_q", "int"), ("mean KV", "mean_kv", "w"),
-                   ("max KV", "max_kv", "int"), ("padding waste Q", "padding_waste", "pct"),
-                   ("padding waste KV", "padding_waste_kv", "pct"), ("FLOP waste", "flop_waste", "pct"),
-                   ("imbalance", "imbalance", "frac"), ("top-1% work share", "top1pct_work_share", "pct")]
+WORKLOAD_FIELDS = [
+    ("B", "B", "int"),
+    ("total Q", "total_q", "int"),
+    ("total KV", "total_kv", "int"),
+    ("mean Q", "mean_q", "w"),
+    ("p50 Q", "p50_q", "w"),
+    ("p90 Q", "p90_q", "w"),
+    ("p99 Q", "p99_q", "w"),
+    ("max Q", "max_q", "int"),
+    ("mean KV", "mean_kv", "w"),
+    ("max KV", "max_kv", "int"),
+    ("padding waste Q", "padding_waste", "pct"),
+    ("padding waste KV", "padding_waste_kv", "pct"),
+    ("FLOP waste", "flop_waste", "pct"),
+    ("imbalance", "imbalance", "frac"),
+    ("top-1% work share", "top1pct_work_share", "pct"),
+]
 
 
 def _workload_table(workloads: dict, cases: pd.DataFrame) -> Table:
@@ -139,13 +219,17 @@ def _workload_table(workloads: dict, cases: pd.DataFrame) -> Table:
                 continue
             stats[str(r["workload.name"])] = {k: r.get(f"workload.{k}") for _, k, _ in WORKLOAD_FIELDS}
     rows = [[name] + [fmt(st.get(k), kind) for _, k, kind in WORKLOAD_FIELDS] for name, st in stats.items()]
-    return Table(["workload"] + [h for h, _, _ in WORKLOAD_FIELDS], rows, css="workloads",
-                 empty="No workload statistics recorded.")
+    return Table(
+        ["workload"] + [h for h, _, _ in WORKLOAD_FIELDS],
+        rows,
+        css="workloads",
+        empty="No workload statistics recorded.",
+    )
 
 
 PLOT_CAPTIONS = {
     "tflops_vs_length": "Achieved TFLOP/s vs max sequence length, one line per provider (dashed: softmax), "
-                        "with the datasheet peak and the measured GEMM ceiling.",
+    "with the datasheet peak and the measured GEMM ceiling.",
     "speedup": "Speedup vs the baseline provider on each shape (> 1: faster than the baseline).",
     "power_timeline": "Power and SM clock over the run; shaded bands are cases; red ticks: a throttle reason was set.",
     "roofline": "Roofline: arithmetic intensity (FLOPs over compulsory HBM bytes) vs achieved TFLOP/s.",
@@ -164,35 +248,53 @@ def _plot_blocks(files: list[Path]) -> list[Any]:
         blocks.append(Image(png, caption, csvs))
     per_wl = [f for f in files if f.name.startswith("lengths_") and f.suffix == ".png"]
     if per_wl:
-        blocks.append(Section("Per-workload length histograms", [Image(f, f.stem.removeprefix("lengths_")) for f in per_wl],
-                              collapsed=True))
+        blocks.append(
+            Section(
+                "Per-workload length histograms",
+                [Image(f, f.stem.removeprefix("lengths_")) for f in per_wl],
+                collapsed=True,
+            )
+        )
     return blocks
 
 
-def build_sections(meta: dict, cases: pd.DataFrame, workloads: dict, plot_files: list[Path],
-                   baseline: str | None) -> tuple[str, list[Section]]:
+def build_sections(
+    meta: dict, cases: pd.DataFrame, workloads: dict, plot_files: list[Path], baseline: str | None
+) -> tuple[str, list[Section]]:
     """The report as (title, sections), shared by the Markdown and HTML writers."""
-    title = (f"gdpa-bench report: {meta.get('config_name') or meta.get('config') or 'run'} on "
-             f"{meta.get('gpu') or (str(meta.get('device') or 'CPU')).upper()} — {fmt_date(meta.get('started_at'))}")
+    title = (
+        f"gdpa-bench report: {meta.get('config_name') or meta.get('config') or 'run'} on "
+        f"{meta.get('gpu') or (str(meta.get('device') or 'CPU')).upper()} — {fmt_date(meta.get('started_at'))}"
+    )
     counts = cases["status"].value_counts().to_dict() if len(cases) else {}
-    count_s = f"{len(cases)} cases: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "incorrect", "skipped"))
+    count_s = f"{len(cases)} cases: " + ", ".join(
+        f"{counts.get(s, 0)} {s}" for s in ("ok", "failed", "incorrect", "skipped")
+    )
     extra = {k: v for k, v in counts.items() if k not in ("ok", "failed", "incorrect", "skipped")}
     if extra:
         count_s += ", " + ", ".join(f"{v} {k}" for k, v in extra.items())
     base_label = _labels(cases).get(baseline, baseline) if len(cases) else baseline
     top = Section("Overview", [count_s + "."] + [("warn", w) for w in _warnings(meta, cases)])
     env = Section("Environment", [environment_table(meta, baseline)])
-    summ = Section("Summary per shape", [
-        f"Per shape: the fastest GDPA provider (its TFLOP/s, utilization of the datasheet peak and of the "
-        f"measured GEMM ceiling, energy per call, average power, fraction of power samples at the cap), the "
-        f"fastest softmax provider, and every provider's speedup vs the baseline {base_label or DASH} "
-        f"(time ratio on the same shape).",
-        _summary(cases, baseline)])
+    summ = Section(
+        "Summary per shape",
+        [
+            f"Per shape: the fastest GDPA provider (its TFLOP/s, utilization of the datasheet peak and of the "
+            f"measured GEMM ceiling, energy per call, average power, fraction of power samples at the cap), the "
+            f"fastest softmax provider, and every provider's speedup vs the baseline {base_label or DASH} "
+            f"(time ratio on the same shape).",
+            _summary(cases, baseline),
+        ],
+    )
     plots = Section("Plots", _plot_blocks(plot_files) or ["No plots were written."])
     fails = Section("Failures and skips", [_failures(cases)])
-    wl = Section("Workload statistics", [
-        "Padding waste 1−ΣL/(B·maxL); FLOP waste 1−ΣLqLk/(B·maxLq·maxLk); imbalance max(LqLk)/mean(LqLk); "
-        "top-1% share: fraction of the work in the largest 1% of sequences.",
-        _workload_table(workloads, cases)])
+    wl = Section(
+        "Workload statistics",
+        [
+            "Padding waste 1−ΣL/(B·maxL); FLOP waste 1−ΣLqLk/(B·maxLq·maxLk); imbalance max(LqLk)/mean(LqLk); "
+            "top-1% share: fraction of the work in the largest 1% of sequences.",
+            _workload_table(workloads, cases),
+        ],
+    )
     allc = Section("All cases", [_cases_table(cases)])
     return title, [top, env, summ, plots, fails, wl, allc]

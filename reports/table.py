@@ -1,7 +1,8 @@
 """A compact TFLOP/s table (shapes × provider/mode) from results.json, in Markdown — for READMEs.
 
-    python -m reports.table RUN_DIR [--providers gdpa_triton,fa4] [--modes fwd,bwd]
+python -m reports.table RUN_DIR [--providers gdpa_triton,fa4] [--modes fwd,bwd]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,11 @@ def tflops_table(data: dict, providers: list[str] | None, modes: list[str]) -> s
         if c.get("mode") not in modes or (providers and c.get("provider") not in providers):
             continue
         shape = c["id"].rsplit("/", 1)[0].replace(f"/{c['mode']}/", "/")
-        val = f"{c['tflops']:.0f}" if c.get("status") == "ok" and c.get("tflops") else (
-            "OOM" if "out of memory" in (c.get("error") or "") else "—")
+        val = (
+            f"{c['tflops']:.0f}"
+            if c.get("status") == "ok" and c.get("tflops")
+            else ("OOM" if "out of memory" in (c.get("error") or "") else "—")
+        )
         label = c["provider"] + (" (softmax)" if c.get("semantics") == "softmax" else "")
         rows.append({"shape": shape, "col": f"{label} {c['mode']}", "val": val, "L": c.get("max_len", 0)})
     if not rows:

@@ -4,13 +4,13 @@ CPU tests: availability and skip reasons, argument plumbing through fakes, the r
 math SDPA, and the dense SDPA path (pad/unpad views) on the math backend. `gpu` tests check every
 available provider against the fp32 reference on an H200 (`pytest -m gpu`).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import sys
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -44,9 +44,14 @@ def _fake_gpu(monkeypatch, cap=(9, 0), name="NVIDIA H200"):
 # ---------------------------------------------------------------------------------------------------
 # registration
 
+
 def test_providers_registered_with_softmax_semantics():
-    for name, cls in [("fa4", fa4.FA4Provider), ("sdpa_flash", sdpa.SDPAFlashProvider),
-                      ("sdpa_cudnn", sdpa.SDPACuDNNProvider), ("torch_varlen", tv.TorchVarlenProvider)]:
+    for name, cls in [
+        ("fa4", fa4.FA4Provider),
+        ("sdpa_flash", sdpa.SDPAFlashProvider),
+        ("sdpa_cudnn", sdpa.SDPACuDNNProvider),
+        ("torch_varlen", tv.TorchVarlenProvider),
+    ]:
         assert registry._REGISTRY[name] is cls
         assert cls.semantics == "softmax"
         assert cls.description
@@ -57,14 +62,23 @@ def test_providers_registered_with_softmax_semantics():
 # ---------------------------------------------------------------------------------------------------
 # fa4
 
+
 def test_modules_import_without_flash_attn():
     """A fresh interpreter where flash_attn cannot be imported still imports all three modules."""
     import subprocess
-    code = ("import sys; sys.modules['flash_attn'] = None; import torch; "
-            "import kernels.fa4 as f, kernels.sdpa, kernels.torch_varlen; "
-            "print(f.FA4Provider().availability(torch.device('cuda', 0)))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+
+    code = (
+        "import sys; sys.modules['flash_attn'] = None; import torch; "
+        "import kernels.fa4 as f, kernels.sdpa, kernels.torch_varlen; "
+        "print(f.FA4Provider().availability(torch.device('cuda', 0)))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "flash-attn-4 not installed (pip install -e '.[fa4]')"
 
@@ -80,32 +94,36 @@ def test_fa4_missing_package_reason(monkeypatch):
 def test_fa4_missing_dependency_reason(monkeypatch):
     def broken():
         raise ModuleNotFoundError("No module named 'cutlass'", name="cutlass")
+
     monkeypatch.setattr(fa4, "_import_varlen_func", broken)
     reason = fa4.FA4Provider().availability(torch.device("cuda"))
     assert "dependency is missing" in reason and "cutlass" in reason
 
 
 def test_fa4_no_cuda_reason(monkeypatch):
-    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: (lambda *a, **k: None))
+    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: lambda *a, **k: None)
     _no_cuda(monkeypatch)
     assert fa4.FA4Provider().availability(torch.device("cuda")) == "CUDA not available"
 
 
-@pytest.mark.parametrize("cap,ok", [((9, 0), True), ((10, 0), True), ((10, 3), True),
-                                    ((8, 0), False), ((8, 9), False), ((12, 0), False)])
+@pytest.mark.parametrize(
+    "cap,ok", [((9, 0), True), ((10, 0), True), ((10, 3), True), ((8, 0), False), ((8, 9), False), ((12, 0), False)]
+)
 def test_fa4_compute_capability(monkeypatch, cap, ok):
-    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: (lambda *a, **k: None))
+    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: lambda *a, **k: None)
     _fake_gpu(monkeypatch, cap=cap, name="NVIDIA TestGPU")
     reason = fa4.FA4Provider().availability(torch.device("cuda", 0))
     if ok:
         assert reason is None
     else:
-        assert reason == ("needs an NVIDIA GPU of compute capability 9.0 (Hopper) or 10.x (Blackwell); "
-                          f"found NVIDIA TestGPU sm_{cap[0]}{cap[1]}")
+        assert reason == (
+            "needs an NVIDIA GPU of compute capability 9.0 (Hopper) or 10.x (Blackwell); "
+            f"found NVIDIA TestGPU sm_{cap[0]}{cap[1]}"
+        )
 
 
 def test_fa4_cpu_device_reason(monkeypatch):
-    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: (lambda *a, **k: None))
+    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: lambda *a, **k: None)
     _fake_gpu(monkeypatch)
     assert "CUDA devices only" in fa4.FA4Provider().availability(torch.device("cpu"))
 
@@ -125,26 +143,49 @@ def test_fa4_unsupported_head_dim(D):
 
 
 def test_fa4_unsupported_dtype():
-    reason = fa4.FA4Provider().unsupported(make_batch([3], [3], H=2, D=64, dtype=torch.float32),
-                                           CaseSpec())
+    reason = fa4.FA4Provider().unsupported(make_batch([3], [3], H=2, D=64, dtype=torch.float32), CaseSpec())
     assert reason == "FA4 runs fp16/bf16 only, not float32"
 
 
 def _fake_varlen_func(calls, returns_tuple):
     """Mimics flash_attn_varlen_func's contract with the exact reference (differentiable, CPU)."""
-    def fn(q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-           max_seqlen_k=None, softmax_scale=None, causal=False, **extra):
+
+    def fn(
+        q,
+        k,
+        v,
+        qv=None,
+        cu_seqlens_q=None,
+        cu_seqlens_k=None,
+        max_seqlen_q=None,
+        max_seqlen_k=None,
+        softmax_scale=None,
+        causal=False,
+        **extra,
+    ):
         assert qv is None and not extra
-        calls.append(dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                          max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                          softmax_scale=softmax_scale, causal=causal))
+        calls.append(
+            dict(
+                cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_k=cu_seqlens_k,
+                max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k,
+                softmax_scale=softmax_scale,
+                causal=causal,
+            )
+        )
         spec = CaseSpec(causal=causal, softmax_scale=softmax_scale)
         cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-        outs = [softmax_sequence(q[cq[i]:cq[i + 1]].float(), k[ck[i]:ck[i + 1]].float(),
-                                 v[ck[i]:ck[i + 1]].float(), spec) for i in range(len(cq) - 1)]
+        outs = [
+            softmax_sequence(
+                q[cq[i] : cq[i + 1]].float(), k[ck[i] : ck[i + 1]].float(), v[ck[i] : ck[i + 1]].float(), spec
+            )
+            for i in range(len(cq) - 1)
+        ]
         out = torch.cat(outs).to(q.dtype)
         lse = torch.zeros(q.shape[1], q.shape[0])
         return (out, lse) if returns_tuple else out
+
     return fn
 
 
@@ -169,7 +210,7 @@ def test_fa4_forward_plumbing_and_warm_build(monkeypatch, returns_tuple, mode):
         assert res.shape == b.q.shape
         assert rel_err(res, ref) < 1e-5
     else:
-        for g, r in zip(res, grads):
+        for g, r in zip(res, grads, strict=True):
             assert rel_err(g, r) < 1e-5
     default_scale = CaseSpec()
     fa4.FA4Provider().forward(b, default_scale)
@@ -191,23 +232,22 @@ def test_sdpa_no_cuda_reason(monkeypatch, cls):
 def test_sdpa_cudnn_missing_reason(monkeypatch):
     _fake_gpu(monkeypatch)
     monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: False)
-    assert sdpa.SDPACuDNNProvider().availability(torch.device("cuda", 0)) == \
-        "cuDNN not available in this torch build"
+    assert sdpa.SDPACuDNNProvider().availability(torch.device("cuda", 0)) == "cuDNN not available in this torch build"
 
 
 def test_sdpa_backend_disabled_reasons(monkeypatch):
     _fake_gpu(monkeypatch)
     monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
     monkeypatch.setattr(torch.backends.cuda, "is_flash_attention_available", lambda: False)
-    assert sdpa.SDPAFlashProvider().availability(torch.device("cuda", 0)) == \
-        "this torch build has no FlashAttention SDPA kernels"
+    assert (
+        sdpa.SDPAFlashProvider().availability(torch.device("cuda", 0))
+        == "this torch build has no FlashAttention SDPA kernels"
+    )
     monkeypatch.setattr(torch.backends.cuda, "is_flash_attention_available", lambda: True)
     monkeypatch.setattr(torch.backends.cuda, "flash_sdp_enabled", lambda: False)
     monkeypatch.setattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: False)
-    assert "FLASH_ATTENTION SDPA backend is disabled" in \
-        sdpa.SDPAFlashProvider().availability(torch.device("cuda", 0))
-    assert "CUDNN_ATTENTION SDPA backend is disabled" in \
-        sdpa.SDPACuDNNProvider().availability(torch.device("cuda", 0))
+    assert "FLASH_ATTENTION SDPA backend is disabled" in sdpa.SDPAFlashProvider().availability(torch.device("cuda", 0))
+    assert "CUDNN_ATTENTION SDPA backend is disabled" in sdpa.SDPACuDNNProvider().availability(torch.device("cuda", 0))
 
 
 def test_sdpa_trial_failure_is_the_reason_and_cached(monkeypatch):
@@ -218,8 +258,8 @@ def test_sdpa_trial_failure_is_the_reason_and_cached(monkeypatch):
 
     def trial(self, device):
         tries.append(device)
-        return {"fwd": "the CUDNN_ATTENTION SDPA backend is not usable on X: trial call failed (boom)",
-                "bwd": "same"}
+        return {"fwd": "the CUDNN_ATTENTION SDPA backend is not usable on X: trial call failed (boom)", "bwd": "same"}
+
     monkeypatch.setattr(sdpa.SDPACuDNNProvider, "_trial_call", trial)
     p = sdpa.SDPACuDNNProvider()
     for _ in range(3):
@@ -228,8 +268,9 @@ def test_sdpa_trial_failure_is_the_reason_and_cached(monkeypatch):
 
 
 def test_sdpa_backward_failure_makes_bwd_modes_unsupported(monkeypatch):
-    monkeypatch.setattr(sdpa._DenseSDPA, "_bwd_reason",
-                        lambda self, device: "the FLASH_ATTENTION SDPA backward is not usable on X")
+    monkeypatch.setattr(
+        sdpa._DenseSDPA, "_bwd_reason", lambda self, device: "the FLASH_ATTENTION SDPA backward is not usable on X"
+    )
     b = make_batch([16, 16], [16, 16], H=4, D=64)
     p = sdpa.SDPAFlashProvider()
     assert p.unsupported(b, CaseSpec(mode="fwd")) is None
@@ -243,15 +284,18 @@ def test_sdpa_unsupported_reasons(cls):
     full = make_batch([16, 16], [16, 16], H=4, Hkv=2, D=64)
     assert p.unsupported(full, CaseSpec(causal=True)) is None
     jagged = make_batch([16, 9], [16, 12], H=4, D=64)
-    assert p.unsupported(jagged, CaseSpec()) == \
-        "dense SDPA backend cannot mask padded keys; jagged lengths (fill < 1) need a varlen kernel"
+    assert (
+        p.unsupported(jagged, CaseSpec())
+        == "dense SDPA backend cannot mask padded keys; jagged lengths (fill < 1) need a varlen kernel"
+    )
     kv_short = make_batch([16, 16], [8, 8], H=4, D=64)  # the peer's set 2: fine without causal
     assert p.unsupported(kv_short, CaseSpec()) is None
     assert p.unsupported(kv_short, CaseSpec(causal=True)) == sdpa.CAUSAL_REASON
     assert "head dim 100 not supported" in p.unsupported(make_batch([4], [4], H=2, D=100), CaseSpec())
     assert "head dim 512 not supported" in p.unsupported(make_batch([4], [4], H=2, D=512), CaseSpec())
     assert p.unsupported(make_batch([4], [4], H=2, D=64, dtype=torch.float32), CaseSpec()).endswith(
-        "runs fp16/bf16 only, not float32")
+        "runs fp16/bf16 only, not float32"
+    )
 
 
 def test_dense_views_roundtrip_and_refuse_jagged():
@@ -274,6 +318,7 @@ def test_dense_views_roundtrip_and_refuse_jagged():
 def test_dense_sdpa_math_backend_matches_reference(causal, Hkv, lk):
     """The providers' forward path (views + SDPA + unview) on CPU, with the math backend."""
     from torch.nn.attention import SDPBackend
+
     lq = 6
     lk = lq if causal else lk
     b = make_batch([lq] * 3, [lk] * 3, H=4, Hkv=Hkv, D=16, dtype=torch.float64, seed=3).with_grad()
@@ -283,7 +328,7 @@ def test_dense_sdpa_math_backend_matches_reference(causal, Hkv, lk):
     assert out.shape == b.q.shape
     assert rel_err(out, ref) < 1e-12
     got = torch.autograd.grad(out, (b.q, b.k, b.v), b.dout.to(out.dtype))
-    for g, r, t in zip(got, grads, (b.q, b.k, b.v)):
+    for g, r, t in zip(got, grads, (b.q, b.k, b.v), strict=True):
         assert g.shape == t.shape
         assert rel_err(g, r) < 1e-12
 
@@ -291,6 +336,7 @@ def test_dense_sdpa_math_backend_matches_reference(causal, Hkv, lk):
 def test_dense_sdpa_gqa_without_enable_gqa(monkeypatch):
     """Older torch (no enable_gqa): k/v are expanded inside forward, same result."""
     from torch.nn.attention import SDPBackend
+
     monkeypatch.setattr(sdpa, "HAS_ENABLE_GQA", False)
     b = make_batch([5, 5], [5, 5], H=6, Hkv=2, D=8, dtype=torch.float64)
     out = sdpa.dense_sdpa(b, CaseSpec(causal=True), [SDPBackend.MATH])
@@ -305,8 +351,10 @@ def test_sdpa_has_enable_gqa_here():
 # ---------------------------------------------------------------------------------------------------
 # softmax reference against torch's math SDPA
 
+
 def _math_sdpa(q, k, v, **kw):
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
     with sdpa_kernel([SDPBackend.MATH]):
         return F.scaled_dot_product_attention(q, k, v, **kw)
 
@@ -323,7 +371,7 @@ def test_softmax_reference_vs_sdpa_full_length(causal, Hkv):
     o_j = o.transpose(1, 2).reshape(B * L, H, D)
     assert rel_err(o_j, ref) < 1e-12
     dq, dk, dv = torch.autograd.grad(o_j, (q, k, v), b.dout.double())
-    for g, r in zip((dq, dk, dv), grads):
+    for g, r in zip((dq, dk, dv), grads, strict=True):
         assert rel_err(g.transpose(1, 2).reshape(r.shape), r) < 1e-12
 
 
@@ -361,7 +409,7 @@ def test_softmax_reference_vs_sdpa_jagged_per_sequence(causal):
         dks.append(dk[0].transpose(0, 1))
         dvs.append(dv[0].transpose(0, 1))
     assert rel_err(torch.cat(outs), ref) < 1e-12
-    for mine, r in zip((dqs, dks, dvs), grads):
+    for mine, r in zip((dqs, dks, dvs), grads, strict=True):
         assert rel_err(torch.cat(mine), r) < 1e-12
 
 
@@ -380,13 +428,32 @@ def test_softmax_reference_causal_is_bottom_right():
 # ---------------------------------------------------------------------------------------------------
 # torch_varlen
 
-V213_PARAMS = {n: None for n in ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k",
-                                 "return_aux", "scale", "window_size", "enable_gqa", "seqused_k",
-                                 "block_table", "num_splits")}
-V211_PARAMS = {n: None for n in ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k",
-                                 "return_aux", "scale", "window_size")}  # torch 2.11 (read on the H200)
-V_FIRST_PARAMS = {n: None for n in ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k",
-                                    "is_causal", "return_aux")}
+V213_PARAMS = {
+    n: None
+    for n in (
+        "query",
+        "key",
+        "value",
+        "cu_seq_q",
+        "cu_seq_k",
+        "max_q",
+        "max_k",
+        "return_aux",
+        "scale",
+        "window_size",
+        "enable_gqa",
+        "seqused_k",
+        "block_table",
+        "num_splits",
+    )
+}
+V211_PARAMS = {
+    n: None
+    for n in ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "return_aux", "scale", "window_size")
+}  # torch 2.11 (read on the H200)
+V_FIRST_PARAMS = {
+    n: None for n in ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "is_causal", "return_aux")
+}
 
 
 def test_torch_varlen_signature_here():
@@ -408,8 +475,10 @@ def test_torch_varlen_missing_module_reason(monkeypatch):
     tv._params.cache_clear()
     try:
         reason = tv.TorchVarlenProvider().availability(torch.device("cuda"))
-        assert reason == (f"torch {torch.__version__} has no torch.nn.attention.varlen "
-                          "(PyTorch's varlen attention needs a newer torch)")
+        assert reason == (
+            f"torch {torch.__version__} has no torch.nn.attention.varlen "
+            "(PyTorch's varlen attention needs a newer torch)"
+        )
     finally:
         monkeypatch.undo()
         tv._load.cache_clear()
@@ -420,8 +489,7 @@ def test_torch_varlen_missing_module_reason(monkeypatch):
 def test_torch_varlen_old_gpu_reason(monkeypatch):
     _fake_gpu(monkeypatch, cap=(7, 5), name="Tesla T4")
     reason = tv.TorchVarlenProvider().availability(torch.device("cuda", 0))
-    assert reason == ("needs an NVIDIA GPU of compute capability >= 8.0 (FlashAttention-2); found "
-                      "Tesla T4 sm_75")
+    assert reason == ("needs an NVIDIA GPU of compute capability >= 8.0 (FlashAttention-2); found Tesla T4 sm_75")
 
 
 def test_torch_varlen_kwargs_current_signature():
@@ -456,6 +524,7 @@ def test_torch_varlen_kwargs_first_signature():
     tv._params.cache_clear()
     try:
         import unittest.mock as um
+
         with um.patch.object(tv, "_params", lambda: V_FIRST_PARAMS):
             assert "has no GQA" in p.unsupported(gqa, CaseSpec())
     finally:
@@ -468,10 +537,13 @@ def test_torch_varlen_unsupported_reasons(monkeypatch):
     assert p.unsupported(jag, CaseSpec(causal=True, mode="fwd_bwd")) is None  # no CUDA: no trial here
     assert "head dim 100" in p.unsupported(make_batch([3], [3], H=2, D=100), CaseSpec())
     assert "head dim 512" in p.unsupported(make_batch([3], [3], H=2, D=512), CaseSpec())
-    assert p.unsupported(make_batch([3], [3], H=2, D=64, dtype=torch.float32), CaseSpec()) == \
-        "varlen_attn runs fp16/bf16 only, not float32"
-    monkeypatch.setattr(tv.TorchVarlenProvider, "_bwd_reason",
-                        lambda self, device: "torch X varlen_attn has no working backward: boom")
+    assert (
+        p.unsupported(make_batch([3], [3], H=2, D=64, dtype=torch.float32), CaseSpec())
+        == "varlen_attn runs fp16/bf16 only, not float32"
+    )
+    monkeypatch.setattr(
+        tv.TorchVarlenProvider, "_bwd_reason", lambda self, device: "torch X varlen_attn has no working backward: boom"
+    )
     for mode in ("bwd", "fwd_bwd"):
         assert "no working backward" in p.unsupported(jag, CaseSpec(mode=mode))
     assert p.unsupported(jag, CaseSpec(mode="fwd")) is None
@@ -483,6 +555,7 @@ def test_torch_varlen_forward_plumbing(monkeypatch):
     def fake(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, **kw):
         seen.update(cu_seq_q=cu_seq_q, cu_seq_k=cu_seq_k, max_q=max_q, max_k=max_k, **kw)
         return query * 0 + 1
+
     monkeypatch.setattr(tv, "_load", lambda: (fake, None))
     monkeypatch.setattr(tv, "_params", lambda: V213_PARAMS)
     b = make_batch([3, 0, 9], [5, 2, 9], H=4, Hkv=2, D=64)
@@ -496,6 +569,7 @@ def test_torch_varlen_forward_plumbing(monkeypatch):
 
 # ---------------------------------------------------------------------------------------------------
 # GPU: every available provider against the fp32 reference (bf16, rel Frobenius <= 2e-2)
+
 
 def _poison_cuda_allocator():
     """Fill the caching allocator's free memory with NaN so an unwritten output row shows up."""
@@ -520,13 +594,13 @@ def _check_provider(p, batch, spec):
     _poison_cuda_allocator()
     got = p.build(batch, dataclasses.replace(spec, mode="bwd"), "bwd")()
     torch.cuda.synchronize()
-    for name, g, r in zip(("dq", "dk", "dv"), got, grads):
+    for name, g, r in zip(("dq", "dk", "dv"), got, grads, strict=True):
         assert g.shape == r.shape, f"{p.name} {name} shape"
         assert torch.isfinite(g).all(), f"{p.name}: NaN/Inf in {name}"
         assert rel_err(g.float(), r) <= TOL, f"{p.name} {name}: {rel_err(g.float(), r)}"
     _poison_cuda_allocator()
     got = p.build(batch, dataclasses.replace(spec, mode="fwd_bwd"), "fwd_bwd")()
-    for name, g, r in zip(("dq", "dk", "dv"), got, grads):
+    for name, g, r in zip(("dq", "dk", "dv"), got, grads, strict=True):
         assert torch.isfinite(g).all() and rel_err(g.float(), r) <= TOL, f"{p.name} fwd_bwd {name}"
 
 
@@ -542,8 +616,7 @@ JAGGED_KV = [37, 17, 128, 256, 64, 40, 150, 90]
 def test_gpu_varlen_providers_jagged(name, causal, Hkv, D):
     p = registry._REGISTRY[name]()
     seed = int(torch.randint(0, 2**31 - 1, ()).item())  # fresh inputs each run
-    b = make_batch(JAGGED_Q, JAGGED_KV, H=4, Hkv=Hkv, D=D, dtype=torch.bfloat16, device="cuda",
-                   seed=seed)
+    b = make_batch(JAGGED_Q, JAGGED_KV, H=4, Hkv=Hkv, D=D, dtype=torch.bfloat16, device="cuda", seed=seed)
     if name == "torch_varlen" and Hkv != 4 and "enable_gqa" not in tv._params():
         # torch 2.11's varlen_attn has no enable_gqa: the case must be declared unsupported, not run
         assert "has no GQA" in p.unsupported(b, CaseSpec(causal=causal))
@@ -555,8 +628,7 @@ def test_gpu_varlen_providers_jagged(name, causal, Hkv, D):
 @pytest.mark.parametrize("name", ["fa4", "torch_varlen"])
 def test_gpu_varlen_providers_zero_length_sequences(name):
     p = registry._REGISTRY[name]()
-    b = make_batch([5, 0, 70, 0, 33], [9, 4, 70, 0, 40], H=4, D=128, dtype=torch.bfloat16,
-                   device="cuda", seed=5)
+    b = make_batch([5, 0, 70, 0, 33], [9, 4, 70, 0, 40], H=4, D=128, dtype=torch.bfloat16, device="cuda", seed=5)
     _check_provider(p, b, CaseSpec())
 
 
@@ -567,8 +639,7 @@ def test_gpu_varlen_providers_zero_length_sequences(name):
 def test_gpu_sdpa_full_length(name, causal, lq, lk, Hkv):
     p = registry._REGISTRY[name]()
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    b = make_batch([lq] * 6, [lk] * 6, H=4, Hkv=Hkv, D=128, dtype=torch.bfloat16, device="cuda",
-                   seed=seed)
+    b = make_batch([lq] * 6, [lk] * 6, H=4, Hkv=Hkv, D=128, dtype=torch.bfloat16, device="cuda", seed=seed)
     _check_provider(p, b, CaseSpec(causal=causal))
 
 

@@ -1,4 +1,5 @@
 """Config validation: every bad input is one line naming the file and the field, exit code 2."""
+
 import subprocess
 import sys
 import textwrap
@@ -37,8 +38,12 @@ def write(tmp_path, text, name="c.yaml"):
 def test_good_config_expands_sweep(tmp_path):
     cfg = load_config(write(tmp_path, GOOD))
     ids = [c.id for c in cfg.cases]
-    assert ids == ["s/fwd/L=8/fill=0.5/naive_eager", "s/fwd/L=8/fill=1.0/naive_eager",
-                   "s/fwd/L=16/fill=0.5/naive_eager", "s/fwd/L=16/fill=1.0/naive_eager"]
+    assert ids == [
+        "s/fwd/L=8/fill=0.5/naive_eager",
+        "s/fwd/L=8/fill=1.0/naive_eager",
+        "s/fwd/L=16/fill=0.5/naive_eager",
+        "s/fwd/L=16/fill=1.0/naive_eager",
+    ]
     w = cfg.cases[2].workload
     assert w.rule_params == {"kv_len": 16}  # fixed_kv defaults to the max length (peer set 1)
     assert cfg.model.baseline == "naive_eager"
@@ -73,10 +78,12 @@ BAD = [
     ("wrong type", GOOD.replace("    B: 2\n", "    B: two\n"), "sets.s.B"),
     ("non-positive", GOOD.replace("    B: 2\n", "    B: 0\n"), "sets.s.B: Input should be greater than 0"),
     ("bad max_len", GOOD.replace("max_len: [8, 16]", "max_len: [8, -1]"), "sets.s.max_len"),
-    ("unknown activation", GOOD.replace("    dtype: fp32\n", "    dtype: fp32\n    activation: swish\n"),
-     "unknown activation 'swish'; allowed: raw"),
-    ("unknown provider", GOOD.replace("[naive_eager]", "[naive_eager, flashy]"),
-     "unknown provider 'flashy'; allowed:"),
+    (
+        "unknown activation",
+        GOOD.replace("    dtype: fp32\n", "    dtype: fp32\n    activation: swish\n"),
+        "unknown activation 'swish'; allowed: raw",
+    ),
+    ("unknown provider", GOOD.replace("[naive_eager]", "[naive_eager, flashy]"), "unknown provider 'flashy'; allowed:"),
     ("unknown mode", GOOD.replace("modes: [fwd]", "modes: [fwd, sideways]"), "modes.1"),
     ("fill above 1", GOOD.replace("fill: [0.5, 1.0]", "fill: [0.5, 1.5]"), "fill"),
     ("fill zero", GOOD.replace("fill: [0.5, 1.0]", "fill: 0"), "fill"),
@@ -124,8 +131,9 @@ def test_bad_cli_options(tmp_path, capsys):
 
 def test_cli_bad_input_subprocess_has_no_traceback(tmp_path):
     path = write(tmp_path, GOOD.replace("B: 2", "B: -3"))
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", str(path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "run", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "sets.s.B" in proc.stderr
@@ -137,11 +145,16 @@ def test_cli_bad_input_subprocess_has_no_traceback(tmp_path):
 def test_provider_entries_with_labels_and_options(tmp_path):
     import tests_support_providers  # noqa: F401  (registers test_tunable)
 
-    text = GOOD.replace("providers: [naive_eager]", """providers:
+    text = GOOD.replace(
+        "providers: [naive_eager]",
+        """providers:
   - naive_eager
   - {name: test_tunable, label: tunable_x2, options: {scale: 2}}
-baseline: tunable_x2""")
-    text = text.replace("    kv: {rule: fixed_kv}\n", """    kv: {rule: fixed_kv}
+baseline: tunable_x2""",
+    )
+    text = text.replace(
+        "    kv: {rule: fixed_kv}\n",
+        """    kv: {rule: fixed_kv}
   - name: t
     B: 2
     H: 2
@@ -149,7 +162,8 @@ baseline: tunable_x2""")
     dtype: fp32
     max_len: 8
     providers: [tunable_x2, {name: test_tunable, label: tunable_x3, options: {scale: 3}}, test_tunable]
-""")
+""",
+    )
     cfg = load_config(write(tmp_path, text))
     assert cfg.model.baseline == "tunable_x2"
     assert list(cfg.providers) == ["naive_eager", "tunable_x2", "tunable_x3", "test_tunable"]
@@ -159,22 +173,35 @@ baseline: tunable_x2""")
     case = next(c for c in cfg.cases if c.id == "t/fwd/L=8/tunable_x3")
     assert (case.provider, case.provider_name, case.options) == ("tunable_x3", "test_tunable", {"scale": 3})
     from bench.selection import select_cases
+
     picked = select_cases(cfg, None, "tunable_x2,tunable_x3")
     assert {c.provider for c in picked} == {"tunable_x2", "tunable_x3"}
 
 
 PROVIDER_ERRORS = [
-    ("bad option", "providers: [naive_eager, {name: test_tunable, options: {speed: 9}}]",
-     "providers.1.options: test_tunable: unknown option 'speed'; allowed: scale"),
-    ("options on a provider without any", "providers: [{name: naive_eager, options: {x: 1}}]",
-     "providers.0.options: naive_eager: takes no options, got 'x'"),
-    ("duplicate label", "providers: [naive_eager, {name: test_tunable, label: naive_eager}]",
-     "providers.1: the label 'naive_eager' is used twice"),
+    (
+        "bad option",
+        "providers: [naive_eager, {name: test_tunable, options: {speed: 9}}]",
+        "providers.1.options: test_tunable: unknown option 'speed'; allowed: scale",
+    ),
+    (
+        "options on a provider without any",
+        "providers: [{name: naive_eager, options: {x: 1}}]",
+        "providers.0.options: naive_eager: takes no options, got 'x'",
+    ),
+    (
+        "duplicate label",
+        "providers: [naive_eager, {name: test_tunable, label: naive_eager}]",
+        "providers.1: the label 'naive_eager' is used twice",
+    ),
     ("label with a slash", "providers: [{name: naive_eager, label: a/b}]", "providers.0.label: label 'a/b'"),
     ("unknown key in an entry", "providers: [{name: naive_eager, lable: x}]", "providers.0.lable: unknown field"),
     ("unknown provider in an entry", "providers: [{name: flashy, label: f}]", "providers.0: unknown provider 'flashy'"),
-    ("baseline not a label", "providers: [naive_eager]\nbaseline: reference",
-     "baseline: 'reference' is not one of the config's providers; allowed: naive_eager"),
+    (
+        "baseline not a label",
+        "providers: [naive_eager]\nbaseline: reference",
+        "baseline: 'reference' is not one of the config's providers; allowed: naive_eager",
+    ),
 ]
 
 
@@ -194,9 +221,13 @@ def test_set_label_redefined_with_other_options(tmp_path):
     import tests_support_providers  # noqa: F401
 
     text = GOOD.replace("providers: [naive_eager]", "providers: [{name: test_tunable, label: tt, options: {scale: 2}}]")
-    text = text.replace("    kv: {rule: fixed_kv}\n",
-                        "    kv: {rule: fixed_kv}\n    providers: [{name: test_tunable, label: tt, options: {scale: 5}}]\n")
-    with pytest.raises(ConfigError, match=r"sets\.s\.providers\.0: the label 'tt' is already defined with other options"):
+    text = text.replace(
+        "    kv: {rule: fixed_kv}\n",
+        "    kv: {rule: fixed_kv}\n    providers: [{name: test_tunable, label: tt, options: {scale: 5}}]\n",
+    )
+    with pytest.raises(
+        ConfigError, match=r"sets\.s\.providers\.0: the label 'tt' is already defined with other options"
+    ):
         load_config(write(tmp_path, text))
 
 

@@ -287,8 +287,16 @@ def test_instant_power_source_and_info():
     assert mon.power_source == "instant"
     info = mon.info()
     assert set(info) >= {
-        "available", "unavailable_reason", "power_source", "power_source_note", "enforced_power_limit_w",
-        "default_power_limit_w", "power_cap_w", "period_ms", "gpu_name", "device_index",
+        "available",
+        "unavailable_reason",
+        "power_source",
+        "power_source_note",
+        "enforced_power_limit_w",
+        "default_power_limit_w",
+        "power_cap_w",
+        "period_ms",
+        "gpu_name",
+        "device_index",
     }
     assert info["enforced_power_limit_w"] == 700.0
     assert info["default_power_limit_w"] == 700.0
@@ -393,7 +401,7 @@ def test_replayed_trace_samples_match_the_trace_exactly():
     mon, _ = make(steps)
     got = [mon.sample_now() for _ in steps]
     assert got == mon.samples()
-    for s, (p, sm, mem, t, mask, _) in zip(got, steps):
+    for s, (p, sm, mem, t, mask, _) in zip(got, steps, strict=True):
         assert s["power_w"] == p / 1000
         assert (s["sm_clock_mhz"], s["mem_clock_mhz"], s["temperature_c"]) == (sm, mem, t)
         assert s["reasons"] == decode_reasons(mask)
@@ -414,7 +422,7 @@ def test_summarize_replayed_trace_against_independent_arithmetic():
     at_r = [bool(s[4] & 0x4) for s in steps]
     assert out["frac_power_at_cap"] == pytest.approx(sum(at_p) / len(steps))
     assert out["frac_sw_power_cap"] == pytest.approx(sum(at_r) / len(steps))
-    assert out["frac_at_cap"] == pytest.approx(sum(a or b for a, b in zip(at_p, at_r)) / len(steps))
+    assert out["frac_at_cap"] == pytest.approx(sum(a or b for a, b in zip(at_p, at_r, strict=True)) / len(steps))
     assert 0 < out["frac_at_cap"] < 1  # the trace has idle and capped parts
     assert out["sm_clock_mhz_median"] == statistics.median(s[1] for s in steps)
     assert out["temperature_c_max"] == max(s[3] for s in steps)
@@ -526,11 +534,12 @@ def test_nvml_failure_mid_run_stops_thread_and_sets_error(tmp_path):
 
 def test_measure_after_mid_run_failure_uses_the_energy_counter():
     clock = FakeClock()
-    mon, fake = make(
+    mon, _fake = make(
         [CONST], cycle=True, fail_power_after=3, energy=main_thread_only(lambda: 10_000 + round(700_000 * clock.t))
     )
     results = []
     for _ in range(2):  # the caller's loop goes on
+
         def fn():
             clock.tick()
             time.sleep(0.0005)
@@ -585,7 +594,9 @@ def test_measure_energy_arithmetic_with_injected_clock():
         time.sleep(0.001)  # real time so the 1 ms sampler takes samples in the window
 
     flops = 1.0e12
-    r = mon.measure(fn, sync=lambda: syncs.append(clock.t), min_seconds=0.5, flops_per_call=flops, case_id="c1", clock=clock)
+    r = mon.measure(
+        fn, sync=lambda: syncs.append(clock.t), min_seconds=0.5, flops_per_call=flops, case_id="c1", clock=clock
+    )
     # before the start, then after batches of 1, 1, 2, 4, 8, 16 calls: never per call
     assert syncs == [0.0, 1 / 64, 2 / 64, 4 / 64, 8 / 64, 16 / 64, 32 / 64]
     assert r["calls"] == len(calls) == 32
@@ -603,7 +614,15 @@ def test_measure_energy_arithmetic_with_injected_clock():
     assert r["sm_clock_mhz_median"] == 1755 and r["temperature_c_max"] == 61
     assert r["reasons"] == ["sw_power_cap"]
     assert r["power_source"] == "instant" and r["cap_w"] == 700.0 and r["monitor_error"] is None
-    for key in ("avg_w", "peak_w", "energy_j_per_call", "tflops_per_w", "frac_at_cap", "sm_clock_mhz_median", "reasons"):
+    for key in (
+        "avg_w",
+        "peak_w",
+        "energy_j_per_call",
+        "tflops_per_w",
+        "frac_at_cap",
+        "sm_clock_mhz_median",
+        "reasons",
+    ):
         assert key in r  # the DESIGN §6 power dict
     assert not mon.running  # measure started the sampler and stopped it
     window = [s for s in mon.samples() if s["case_id"] == "c1"]
@@ -665,8 +684,11 @@ def test_run_for_batches_and_hooks():
     clock = FakeClock(step=1 / 16)
     events = []
     calls, seconds = M.run_for(
-        lambda: (events.append("fn"), clock.tick()), sync=lambda: events.append("sync"), min_seconds=0.75,
-        clock=clock, on_start=lambda: events.append("start"),
+        lambda: (events.append("fn"), clock.tick()),
+        sync=lambda: events.append("sync"),
+        min_seconds=0.75,
+        clock=clock,
+        on_start=lambda: events.append("start"),
     )
     assert (calls, seconds) == (12, 0.75)
     assert events[:3] == ["sync", "start", "fn"] and events[-1] == "sync"
@@ -757,12 +779,25 @@ def test_write_csv_columns_and_case_boundaries(tmp_path):
     mon.write_csv(path)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        assert tuple(reader.fieldnames) == CSV_COLUMNS == (
-            "time_s", "gpu_index", "power_w", "sm_clock_mhz", "mem_clock_mhz", "temperature_c", "reasons", "case_id",
+        assert (
+            tuple(reader.fieldnames)
+            == CSV_COLUMNS
+            == (
+                "time_s",
+                "gpu_index",
+                "power_w",
+                "sm_clock_mhz",
+                "mem_clock_mhz",
+                "temperature_c",
+                "reasons",
+                "case_id",
+            )
         )
         rows = list(reader)
     assert [r["case_id"] for r in rows] == ["", "set1/fwd/L=256/fill=1.0/gdpa_triton"] * 1 + [
-        "set1/fwd/L=256/fill=1.0/gdpa_triton", "", "b",
+        "set1/fwd/L=256/fill=1.0/gdpa_triton",
+        "",
+        "b",
     ]
     assert [r["reasons"] for r in rows] == ["gpu_idle", "sw_power_cap|hw_thermal", "sw_power_cap", "", "sw_power_cap"]
     assert [float(r["power_w"]) for r in rows] == [100.0, 690.0, 695.0, 120.0, 700.0]
@@ -772,7 +807,9 @@ def test_write_csv_columns_and_case_boundaries(tmp_path):
     assert times == sorted(times)
     marks = mon.markers()
     assert [(m["event"], m["case_id"]) for m in marks] == [
-        ("begin", "set1/fwd/L=256/fill=1.0/gdpa_triton"), ("end", "set1/fwd/L=256/fill=1.0/gdpa_triton"), ("begin", "b"),
+        ("begin", "set1/fwd/L=256/fill=1.0/gdpa_triton"),
+        ("end", "set1/fwd/L=256/fill=1.0/gdpa_triton"),
+        ("begin", "b"),
     ]
     assert times[0] <= marks[0]["time_s"] <= times[1] and times[2] <= marks[1]["time_s"] <= times[3]
     pd = pytest.importorskip("pandas")

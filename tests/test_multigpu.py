@@ -1,5 +1,6 @@
 """Sweeps across GPUs (bench/shard/), tested on CPU: `device: cpu` configs shard over CPU worker
 processes, so sharding, merging, kill recovery, resume and submitit's local executor all run here."""
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,9 @@ class SlowNaive(NaiveEager):
 '''
 
 
-def tiny_config(tmp_path: Path, name="tiny.yaml", device="cpu", providers="naive_eager, reference",
-                modes="fwd, bwd", B=3) -> Path:
+def tiny_config(
+    tmp_path: Path, name="tiny.yaml", device="cpu", providers="naive_eager, reference", modes="fwd, bwd", B=3
+) -> Path:
     p = tmp_path / name
     p.write_text(textwrap.dedent(TINY.format(device=device, providers=providers, modes=modes, B=B)))
     return p
@@ -118,7 +120,7 @@ def test_shards_keep_workloads_whole_balanced_every_case_once_deterministic(tmp_
     p.write_text(textwrap.dedent(SHARD_CFG.format(device="cuda")))
     cfg = load_config(p)
     cases = cfg.cases
-    cost = lambda c: case_cost(c, cfg.model)  # noqa: E731
+    cost = lambda c: case_cost(c, cfg.model)
     shards = shard_cases(cases, n, cfg.model)
     assert len(shards) == n
     ids = [c.id for s in shards for c in s]
@@ -155,7 +157,7 @@ def test_lpt_by_hand_and_dominant_workload_is_split(tmp_path):
     p.write_text(textwrap.dedent(SHARD_CFG.format(device="cpu")))
     cfg = load_config(p)
     big = "a/L=256/fill=1.0"
-    cost = lambda c: 100.0 if c.workload.name == big else 1.0  # noqa: E731
+    cost = lambda c: 100.0 if c.workload.name == big else 1.0
     shards = shard_cases(cfg.cases, 2, cost=cost)
     holders = [k for k, s in enumerate(shards) if any(c.workload.name == big for c in s)]
     assert holders == [0, 1]  # 400 of 416: kept whole it would leave the other shard nearly idle
@@ -174,9 +176,11 @@ def test_case_cost_follows_budgets_and_flops(tmp_path):
     # a tiny case on a GPU costs its budgets: warmup + rep + the energy loop, whatever its FLOPs
     budget = (t.warmup_ms + t.rep_ms) / 1e3 + cfg.model.power.energy_loop_s
     assert budget < small < budget + 1.0
-    assert case_cost(by_id["a/bwd/L=256/fill=1.0/naive_eager"], cfg.model) > \
-        case_cost(by_id["a/fwd/L=256/fill=1.0/naive_eager"], cfg.model) > \
-        case_cost(by_id["a/fwd/L=32/fill=0.5/naive_eager"], cfg.model)
+    assert (
+        case_cost(by_id["a/bwd/L=256/fill=1.0/naive_eager"], cfg.model)
+        > case_cost(by_id["a/fwd/L=256/fill=1.0/naive_eager"], cfg.model)
+        > case_cost(by_id["a/fwd/L=32/fill=0.5/naive_eager"], cfg.model)
+    )
 
 
 # ---------------------------------------------------------------------------------------- --gpus
@@ -199,11 +203,14 @@ def test_parse_gpus():
         parse_gpus("-1", "cuda", visible=2)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--gpus", "0,x"], "--gpus '0,x': expected 'all' or comma-separated device indices like 0,1"),
-    (["--gpus", "0,0"], "--gpus 0,0: device 0 is listed twice (one worker per GPU)"),
-    (["--gpus", "0,1", "--device", "1"], "--device and --gpus cannot be combined: --gpus picks the devices"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--gpus", "0,x"], "--gpus '0,x': expected 'all' or comma-separated device indices like 0,1"),
+        (["--gpus", "0,0"], "--gpus 0,0: device 0 is listed twice (one worker per GPU)"),
+        (["--gpus", "0,1", "--device", "1"], "--device and --gpus cannot be combined: --gpus picks the devices"),
+    ],
+)
 def test_bad_gpus_exit_2_with_one_line(tmp_path, capsys, argv, message):
     cfg = tiny_config(tmp_path)
     assert main(["run", str(cfg), "--out", str(tmp_path / "run"), *argv]) == 2
@@ -218,8 +225,14 @@ def test_gpus_on_a_cuda_config_without_gpu_and_subprocess_exit_code(tmp_path, ca
     assert main(["run", str(cfg), "--gpus", "0,1"]) == 2
     assert "no CUDA GPU is visible" in capsys.readouterr().err
     # through the real entry point: exit 2, one line, no traceback
-    proc = subprocess.run(bench_cmd("run", tiny_config(tmp_path), "--gpus", "0,-3"), cwd=ROOT, env=sub_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        bench_cmd("run", tiny_config(tmp_path), "--gpus", "0,-3"),
+        cwd=ROOT,
+        env=sub_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: --gpus 0,-3: device indices are >= 0, got -3"
     assert "Traceback" not in proc.stderr
@@ -229,16 +242,36 @@ def test_gpus_on_a_cuda_config_without_gpu_and_subprocess_exit_code(tmp_path, ca
 
 
 def _fake_shard(d: Path, ids: list[str], gpu="NVIDIA H200", gemm=None, power_times=()):
-    meta = {"device": "cuda", "gpu": gpu, "host": f"host-{d.name}", "gpu_count": 8, "started_at": f"2026-01-01T00:00:0{len(ids)}+00:00",
-            "finished_at": None, "interrupted": False, "measured_gemm_tflops": gemm}
+    meta = {
+        "device": "cuda",
+        "gpu": gpu,
+        "host": f"host-{d.name}",
+        "gpu_count": 8,
+        "started_at": f"2026-01-01T00:00:0{len(ids)}+00:00",
+        "finished_at": None,
+        "interrupted": False,
+        "measured_gemm_tflops": gemm,
+    }
     w = ResultsWriter(d, meta)
     w.add_workload(f"wl-{d.name}", {"q_lengths": [1, 2]})
     for i in ids:  # CPU-like shards all record gpu_index 0; the runner leaves gpu_name None on CPU
-        w.add_case({"id": i, "provider": "p", "mode": "fwd", "status": "ok", "median_ms": 1.0, "gpu_index": 0,
-                    "gpu_name": None, "times_ms": [1.0, 1.0]})
+        w.add_case(
+            {
+                "id": i,
+                "provider": "p",
+                "mode": "fwd",
+                "status": "ok",
+                "median_ms": 1.0,
+                "gpu_index": 0,
+                "gpu_name": None,
+                "times_ms": [1.0, 1.0],
+            }
+        )
     if power_times:
         rows = "".join(f"{t},0,500.0,1980,2619,50,sw_power_cap,{ids[0] if ids else ''}\n" for t in power_times)
-        (d / "power.csv").write_text("time_s,gpu_index,power_w,sm_clock_mhz,mem_clock_mhz,temperature_c,reasons,case_id\n" + rows)
+        (d / "power.csv").write_text(
+            "time_s,gpu_index,power_w,sm_clock_mhz,mem_clock_mhz,temperature_c,reasons,case_id\n" + rows
+        )
 
 
 def test_merge_run_dirs_keeps_finished_cases_and_reports_missing(tmp_path):
@@ -248,8 +281,9 @@ def test_merge_run_dirs_keeps_finished_cases_and_reports_missing(tmp_path):
     (sh / "gpu2").mkdir(parents=True)  # died before its first case: no results.json at all
     (sh / "gpu2.txt").write_text("f\ng\n")  # its case list, as run --gpus writes it
     out = tmp_path / "merged"
-    data = merge_run_dirs([sh / "gpu0", sh / "gpu1", sh / "gpu2"], out,
-                          expected_ids={"gpu0": ["a", "b"], "gpu1": ["c", "d", "e"]})
+    data = merge_run_dirs(
+        [sh / "gpu0", sh / "gpu1", sh / "gpu2"], out, expected_ids={"gpu0": ["a", "b"], "gpu1": ["c", "d", "e"]}
+    )
     on_disk = load_results(out)
     assert on_disk == json.loads(json.dumps(data))
     assert [c["id"] for c in on_disk["cases"]] == ["a", "b", "c"]
@@ -272,7 +306,8 @@ def test_merge_run_dirs_keeps_finished_cases_and_reports_missing(tmp_path):
     # the report reads it
     from reports.metrics import load_run
     from reports.results import read_power
-    meta2, frame, _ = load_run(out)
+
+    _, frame, _ = load_run(out)
     assert list(frame["id"]) == ["a", "b", "c"] and list(frame["gpu_index"]) == [0, 0, 1]
     assert sorted(read_power(out)["gpu_index"].unique()) == [0, 1]
 
@@ -284,8 +319,14 @@ def test_run_gpus_0_1_on_cpu_merges_one_run(tmp_path):
     cfg_path = tiny_config(tmp_path)
     run = tmp_path / "run"
     t0 = time.monotonic()
-    proc = subprocess.run(bench_cmd("run", cfg_path, "--gpus", "0,1", "--out", run), cwd=ROOT, env=sub_env(),
-                          capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(
+        bench_cmd("run", cfg_path, "--gpus", "0,1", "--out", run),
+        cwd=ROOT,
+        env=sub_env(),
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     wall = time.monotonic() - t0
     data = load_results(run)
@@ -307,8 +348,10 @@ def test_run_gpus_0_1_on_cpu_merges_one_run(tmp_path):
     assert len(per_worker[0]) == len(per_worker[1]) == 2 and not per_worker[0] & per_worker[1]
     meta = data["meta"]
     assert meta["gpu_count"] == 2 and meta["missing_cases"] == []
-    assert [(s["gpu_index"], s["cases"], s["returncode"]) for s in meta["shards"]] == \
-        [(0, len(assigned(run, 0)), 0), (1, len(assigned(run, 1)), 0)]
+    assert [(s["gpu_index"], s["cases"], s["returncode"]) for s in meta["shards"]] == [
+        (0, len(assigned(run, 0)), 0),
+        (1, len(assigned(run, 1)), 0),
+    ]
     assert all(s["started_at"] and s["finished_at"] for s in meta["shards"])
     assert all(c["gpu_name"] == "cpu" and c["host"] for c in data["cases"])
     assert set(data["workloads"]) == {c["workload"]["name"] for c in data["cases"]}
@@ -361,8 +404,13 @@ def test_killed_worker_keeps_finished_cases_then_resume_completes(tmp_path):
     cfg_path = tiny_config(tmp_path, providers="naive_eager, slow_naive", modes="fwd", B=2)
     run = tmp_path / "run"
     log = open(tmp_path / "parent.log", "w")
-    parent = subprocess.Popen(bench_cmd("run", cfg_path, "--gpus", "0,1", "--out", run), cwd=ROOT, env=env,
-                              stdout=log, stderr=subprocess.STDOUT)
+    parent = subprocess.Popen(
+        bench_cmd("run", cfg_path, "--gpus", "0,1", "--out", run),
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         victim = _worker_pid(parent.pid, 1)
         deadline = time.monotonic() + 90
@@ -398,12 +446,19 @@ def test_killed_worker_keeps_finished_cases_then_resume_completes(tmp_path):
     assert (run / "report.html").exists()
 
     # --resume with --gpus runs exactly the missing cases and completes the run
-    proc = subprocess.run(bench_cmd("run", cfg_path, "--gpus", "0,1", "--resume", run), cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(
+        bench_cmd("run", cfg_path, "--gpus", "0,1", "--resume", run),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"resuming: {8 - len(missing)} of 8 cases already recorded" in proc.stdout
-    rerun = sorted(i for k in (0, 1) if (run / "shards" / "resume1" / f"gpu{k}.txt").exists()
-                   for i in assigned(run, k, "resume1"))
+    rerun = sorted(
+        i for k in (0, 1) if (run / "shards" / "resume1" / f"gpu{k}.txt").exists() for i in assigned(run, k, "resume1")
+    )
     assert rerun == sorted(missing)
     data = load_results(run)
     assert [c["id"] for c in data["cases"]] == SLOW_IDS  # config order again after the merge
@@ -417,9 +472,14 @@ def test_killed_worker_keeps_finished_cases_then_resume_completes(tmp_path):
 def test_submit_local_two_nodes_one_merged_run(tmp_path):
     cfg_path = tiny_config(tmp_path)
     run = tmp_path / "cluster"
-    proc = subprocess.run(bench_cmd("submit", cfg_path, "--nodes", 2, "--gpus-per-node", 1, "--local",
-                                    "--timeout-min", 5, "--out", run),
-                          cwd=tmp_path, env=sub_env(), capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(
+        bench_cmd("submit", cfg_path, "--nodes", 2, "--gpus-per-node", 1, "--local", "--timeout-min", 5, "--out", run),
+        cwd=tmp_path,
+        env=sub_env(),
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = load_results(run)
     expected = [c.id for c in load_config(cfg_path).cases]
@@ -468,8 +528,17 @@ def test_slurm_executor_writes_the_expected_sbatch_file(tmp_path, monkeypatch):
     job = ex.submit(print, "hi")
     assert job.job_id == "4242"
     text = Path(job.paths.submission_file).read_text()
-    for line in ("--gpus-per-node=4", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=16", "--partition=h200",
-                 "--time=30", "--job-name=gdpa-bench-t", "--account=ads", "--qos=high"):
+    for line in (
+        "--gpus-per-node=4",
+        "--nodes=1",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=16",
+        "--partition=h200",
+        "--time=30",
+        "--job-name=gdpa-bench-t",
+        "--account=ads",
+        "--qos=high",
+    ):
         assert f"#SBATCH {line}\n" in text, (line, text)
     monkeypatch.setenv("GDPA_BENCH_SLURM_ARGS", "account")
     with pytest.raises(UsageError, match="key=value"):
@@ -479,12 +548,15 @@ def test_slurm_executor_writes_the_expected_sbatch_file(tmp_path, monkeypatch):
 def test_provider_with_process_setup_stays_on_one_shard(tmp_path):
     """A torch.compile-style provider's cases go to one worker (one compile), the rest still balance."""
     p = tmp_path / "shard.yaml"
-    p.write_text(textwrap.dedent(SHARD_CFG.format(device="cuda")).replace(
-        "providers: [naive_eager, reference]", "providers: [naive_eager, reference, naive_compiled]"))
+    p.write_text(
+        textwrap.dedent(SHARD_CFG.format(device="cuda")).replace(
+            "providers: [naive_eager, reference]", "providers: [naive_eager, reference, naive_compiled]"
+        )
+    )
     cfg = load_config(p)
     assert any(c.provider == "naive_compiled" for c in cfg.cases)
-    cost = lambda c: 1.0  # noqa: E731
-    setup = lambda name: 30.0 if name == "naive_compiled" else 0.0  # noqa: E731
+    cost = lambda c: 1.0
+    setup = lambda name: 30.0 if name == "naive_compiled" else 0.0
     shards = shard_cases(cfg.cases, 2, cost=cost, setup=setup)
     holders = {k for k, s in enumerate(shards) for c in s if c.provider == "naive_compiled"}
     assert len(holders) == 1

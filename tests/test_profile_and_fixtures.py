@@ -1,4 +1,5 @@
 """ncu output parsing, the naive baseline's activations, and the committed real H200 results."""
+
 import json
 import sys
 import textwrap
@@ -14,14 +15,35 @@ from reports.render import render_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
-NCU = '''==PROF== Connected to process 506 (/usr/bin/python3)
+HEADER = ",".join(
+    f'"{c}"'
+    for c in (
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Name",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+        "gpu__time_duration.sum",
+        "sm__cycles_elapsed.avg.per_second",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    )
+)
+NCU = f"""==PROF== Connected to process 506 (/usr/bin/python3)
 ==PROF== Profiling "gdpa_fwd_kernel": 0%....50%....100% - 3 passes
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","gpu__time_duration.sum","sm__cycles_elapsed.avg.per_second","sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+{HEADER}
 "","","","","","","","","","","","nsecond","cycle/second","%"
-"0","506","python3","h","gdpa_fwd_kernel","1","7","(256, 1, 1)","(16, 4608, 1)","0","9.0","30,000,000","1800000000","50.0"
-"1","506","python3","h","gdpa_bwd_dq_kernel","1","7","(256, 1, 1)","(16, 4608, 1)","0","9.0","10,000,000","1600000000","70.0"
+"0","506","python3","h","gdpa_fwd_kernel","1","7","(256, 1, 1)","(16, 4608, 1)","0","9.0","30,000,000","1800000000",\
+"50.0"
+"1","506","python3","h","gdpa_bwd_dq_kernel","1","7","(256, 1, 1)","(16, 4608, 1)","0","9.0","10,000,000","1600000000",\
+"70.0"
 ==PROF== Disconnected from process 506
-'''
+"""
 
 
 def test_parse_ncu_csv_and_duration_weighting():
@@ -49,7 +71,7 @@ def test_real_h200_baseline_renders(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text(json.dumps(data))
-    meta, cases, _ = load_run(run)
+    _, cases, _ = load_run(run)
     ok = cases[cases["status"] == "ok"]
     assert len(ok) == 18 and (ok["tflops"] > 10).all()
     paths = render_report(run)

@@ -1,6 +1,7 @@
 """The figures the project publishes are what the code computes: the README table is a fresh render of
 the committed example run, the runner's TFLOP/s come from the median and its utilizations from the
 peaks, and the table generator prints the recorded values."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def readme_table() -> tuple[list[str], str]:
     text = (ROOT / "README.md").read_text()
     m = re.search(r"`python -m reports\.table ([^`]+)`", text)
     assert m, "the README names no `python -m reports.table ...` command"
-    lines = text[m.end():].splitlines()
+    lines = text[m.end() :].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     block = []
     for line in lines[start:]:
@@ -45,14 +46,44 @@ def test_readme_table_is_a_fresh_render_of_the_committed_example(capsys):
 
 def test_table_prints_the_recorded_tflops():
     cases = [
-        {"id": "set1/fwd/L=256/fill=0.5/gdpa_triton", "provider": "gdpa_triton", "mode": "fwd", "max_len": 256,
-         "semantics": "gdpa", "status": "ok", "tflops": 238.6},
-        {"id": "set1/fwd/L=256/fill=0.5/fa4", "provider": "fa4", "mode": "fwd", "max_len": 256,
-         "semantics": "softmax", "status": "ok", "tflops": 139.5},
-        {"id": "set1/bwd/L=256/fill=0.5/gdpa_triton", "provider": "gdpa_triton", "mode": "bwd", "max_len": 256,
-         "semantics": "gdpa", "status": "failed", "error": "out of memory: x", "tflops": None},
-        {"id": "set1/bwd/L=256/fill=0.5/fa4", "provider": "fa4", "mode": "bwd", "max_len": 256,
-         "semantics": "softmax", "status": "skipped", "error": "no", "tflops": None},
+        {
+            "id": "set1/fwd/L=256/fill=0.5/gdpa_triton",
+            "provider": "gdpa_triton",
+            "mode": "fwd",
+            "max_len": 256,
+            "semantics": "gdpa",
+            "status": "ok",
+            "tflops": 238.6,
+        },
+        {
+            "id": "set1/fwd/L=256/fill=0.5/fa4",
+            "provider": "fa4",
+            "mode": "fwd",
+            "max_len": 256,
+            "semantics": "softmax",
+            "status": "ok",
+            "tflops": 139.5,
+        },
+        {
+            "id": "set1/bwd/L=256/fill=0.5/gdpa_triton",
+            "provider": "gdpa_triton",
+            "mode": "bwd",
+            "max_len": 256,
+            "semantics": "gdpa",
+            "status": "failed",
+            "error": "out of memory: x",
+            "tflops": None,
+        },
+        {
+            "id": "set1/bwd/L=256/fill=0.5/fa4",
+            "provider": "fa4",
+            "mode": "bwd",
+            "max_len": 256,
+            "semantics": "softmax",
+            "status": "skipped",
+            "error": "no",
+            "tflops": None,
+        },
     ]
     out = table.tflops_table({"cases": cases}, ["gdpa_triton", "fa4"], ["fwd", "bwd"])
     assert out.splitlines() == [

@@ -1,4 +1,5 @@
 """Reports: metrics arithmetic, every plot (PNG + CSV), report.md / report.html, headless Chromium."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -61,7 +62,9 @@ def run_from(tmp: Path, results: dict, power: pd.DataFrame | None = None) -> Pat
 
 def test_tflops_and_utilization_arithmetic():
     assert tflops(2e12, 2.0) == pytest.approx(1000.0)  # 2e12 FLOP in 2 ms = 1e15 FLOP/s
-    assert tflops(4.0 * 4 * 128 * 1152 * 1024 * 1024, 1.0) == pytest.approx(2473.901162496)  # peer set1 L=1024 fill=1 fwd in 1 ms
+    assert tflops(4.0 * 4 * 128 * 1152 * 1024 * 1024, 1.0) == pytest.approx(
+        2473.901162496
+    )  # peer set1 L=1024 fill=1 fwd in 1 ms
     assert math.isnan(tflops(None, 1.0)) and math.isnan(tflops(1e12, 0)) and math.isnan(tflops(1e12, None))
     np.testing.assert_allclose(tflops([1e12, 3e12], [1.0, 2.0]), [1000.0, 1500.0])
     assert utilization(494.5, 989) == pytest.approx(0.5)
@@ -73,8 +76,12 @@ def test_tflops_and_utilization_arithmetic():
 
 
 def test_min_bytes_and_intensity_by_hand():
-    case = {"mode": "fwd", "dtype": "bf16", "flops": 4.0e9,
-            "workload": {"total_q": 1000, "total_kv": 2000, "H": 4, "Hkv": 2, "D": 64}}
+    case = {
+        "mode": "fwd",
+        "dtype": "bf16",
+        "flops": 4.0e9,
+        "workload": {"total_q": 1000, "total_kv": 2000, "H": 4, "Hkv": 2, "D": 64},
+    }
     Q, K = 1000 * 4 * 64, 2000 * 2 * 64  # 256 000 elements each
     assert min_bytes(case) == 2 * (2 * Q + 2 * K) == 2_048_000
     assert min_bytes({**case, "mode": "bwd"}) == 2 * (3 * Q + 4 * K) == 3_584_000
@@ -89,18 +96,23 @@ def test_min_bytes_and_intensity_by_hand():
 
 
 def _case(provider, median, *, L=1024, mode="fwd", status="ok", fill=1.0, **kw):
-    return synth.make_case(provider, L=L, mode=mode, fill=fill, status=status,
-                           samples=[median] * 5 if status == "ok" else None, **kw)
+    return synth.make_case(
+        provider, L=L, mode=mode, fill=fill, status=status, samples=[median] * 5 if status == "ok" else None, **kw
+    )
 
 
 def test_speedup_vs_baseline_per_shape_and_override(tmp_path):
     cases = [
-        _case("fa4", 2.0, L=512), _case("gdpa_triton", 1.0, L=512), _case("naive", 4.0, L=512),
-        _case("fa4", 1.0, L=1024, status="failed", error="boom"), _case("gdpa_triton", 1.5, L=1024),
-        _case("fa4", 3.0, L=512, mode="bwd"), _case("gdpa_triton", 2.0, L=512, mode="bwd"),
+        _case("fa4", 2.0, L=512),
+        _case("gdpa_triton", 1.0, L=512),
+        _case("naive", 4.0, L=512),
+        _case("fa4", 1.0, L=1024, status="failed", error="boom"),
+        _case("gdpa_triton", 1.5, L=1024),
+        _case("fa4", 3.0, L=512, mode="bwd"),
+        _case("gdpa_triton", 2.0, L=512, mode="bwd"),
     ]
     path = run_from(tmp_path, synth.make_results(cases))
-    meta, df, _ = load_run(path)
+    _, df, _ = load_run(path)
     s = df.set_index("id")["speedup"]
     assert s["set1/fwd/L=512/fill=1.0/gdpa_triton"] == pytest.approx(2.0)
     assert s["set1/fwd/L=512/fill=1.0/naive"] == pytest.approx(0.5)
@@ -117,7 +129,7 @@ def test_speedup_vs_baseline_per_shape_and_override(tmp_path):
 def test_load_run_derives_utilization_energy_and_keys(tmp_path):
     c = _case("gdpa_triton", 2.0, L=512, power={"avg_w": 600.0, "energy_j_per_call": None, "tflops_per_w": None})
     c["flops"] = 989e9  # 989e9 FLOP in 2 ms = 494.5 TFLOP/s
-    meta, df, wl = load_run(run_from(tmp_path, synth.make_results([c])))
+    _, df, wl = load_run(run_from(tmp_path, synth.make_results([c])))
     r = df.iloc[0]
     assert r["shape"] == "set1/fwd/L=512/fill=1.0" and r["panel"] == "set1/fwd/fill=1.0"
     assert r["tflops"] == pytest.approx(494.5)
@@ -130,12 +142,17 @@ def test_load_run_derives_utilization_energy_and_keys(tmp_path):
 
 
 def test_load_run_tolerates_missing_fields(tmp_path):
-    res = {"schema": "gdpa-bench/1", "meta": {}, "cases": [
-        {"id": "s/fwd/L=8/p", "status": "ok", "times_ms": [1.0, 2.0, 3.0]},
-        {"id": "s/fwd/L=8/q", "semantics": "softmax", "status": "skipped", "error": None, "times_ms": None},
-        {"id": "lonely", "power": None, "workload": None}]}
+    res = {
+        "schema": "gdpa-bench/1",
+        "meta": {},
+        "cases": [
+            {"id": "s/fwd/L=8/p", "status": "ok", "times_ms": [1.0, 2.0, 3.0]},
+            {"id": "s/fwd/L=8/q", "semantics": "softmax", "status": "skipped", "error": None, "times_ms": None},
+            {"id": "lonely", "power": None, "workload": None},
+        ],
+    }
     (tmp_path / "results.json").write_text(json.dumps(res))
-    meta, df, wl = load_run(tmp_path)
+    _, df, wl = load_run(tmp_path)
     assert list(df["shape"]) == ["s/fwd/L=8", "s/fwd/L=8", "lonely"]
     assert df.loc[0, "median_ms"] == 2.0 and df.loc[0, "max_len"] == 8 and df.loc[0, "provider"] == "p"
     assert math.isnan(df.loc[0, "tflops"]) and math.isnan(df.loc[0, "util_peak"])
@@ -144,13 +161,16 @@ def test_load_run_tolerates_missing_fields(tmp_path):
     assert wl == {}
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "no such file"),
-    ("{not json", "not valid JSON"),
-    (json.dumps({"schema": "gdpa-bench/0", "cases": []}), "expected 'gdpa-bench/1'"),
-    (json.dumps([1, 2]), "expected a JSON object"),
-    (json.dumps({"schema": "gdpa-bench/1", "cases": [{"no": "id"}]}), "has no string \"id\""),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "no such file"),
+        ("{not json", "not valid JSON"),
+        (json.dumps({"schema": "gdpa-bench/0", "cases": []}), "expected 'gdpa-bench/1'"),
+        (json.dumps([1, 2]), "expected a JSON object"),
+        (json.dumps({"schema": "gdpa-bench/1", "cases": [{"no": "id"}]}), 'has no string "id"'),
+    ],
+)
 def test_load_run_rejects_bad_files(tmp_path, content, needle):
     p = tmp_path / "results.json"
     if content is not None:
@@ -184,8 +204,16 @@ def h200(tmp_path_factory):
     finally:
         render_mod.make_all_plots = real
     meta, cases, wl = load_run(run)
-    return {"run": run, "out": out, "meta": meta, "cases": cases, "workloads": wl, "files": captured,
-            "html": out["html"].read_text(encoding="utf-8"), "md": out["md"].read_text(encoding="utf-8")}
+    return {
+        "run": run,
+        "out": out,
+        "meta": meta,
+        "cases": cases,
+        "workloads": wl,
+        "files": captured,
+        "html": out["html"].read_text(encoding="utf-8"),
+        "md": out["md"].read_text(encoding="utf-8"),
+    }
 
 
 def _csv(run: Path, name: str) -> pd.DataFrame:
@@ -265,7 +293,7 @@ def test_markdown_report_has_tables(h200):
     assert "## Failures and skips" in md and "set1/bwd/L=1024/fill=1.0/naive" in md
     assert "![" in md and "(plots/tflops_vs_length.png)" in md
     assert "gdpa_triton vs fa4 (softmax)" in md
-    rows = [l for l in md.splitlines() if l.startswith("| set1 | fwd | 1024 | fill=1.0 |")]
+    rows = [row for row in md.splitlines() if row.startswith("| set1 | fwd | 1024 | fill=1.0 |")]
     assert len(rows) == 1 and "| gdpa_triton |" in rows[0] and "| fa4 (softmax) |" in rows[0]
 
 
@@ -281,16 +309,22 @@ def test_make_all_plots_returns_every_file(h200):
 
 
 def _small_results(meta: dict | None = None) -> dict:
-    cases = [_case("fa4", 2.0, L=256), _case("gdpa_triton", 1.6, L=256), _case("fa4", 6.0, L=512),
-             _case("gdpa_triton", 5.0, L=512),
-             synth.make_case("naive", L=512, status="failed", error="RuntimeError: kaboom in naive")]
+    cases = [
+        _case("fa4", 2.0, L=256),
+        _case("gdpa_triton", 1.6, L=256),
+        _case("fa4", 6.0, L=512),
+        _case("gdpa_triton", 5.0, L=512),
+        synth.make_case("naive", L=512, status="failed", error="RuntimeError: kaboom in naive"),
+    ]
     return synth.make_results(cases, meta)
 
 
 def test_render_without_power_data_and_cap_mismatch(tmp_path):
-    meta = synth.gpu_meta(power_cap_w=750, enforced_power_limit_w=1000,
-                          monitor={"available": False, "unavailable_reason": "nvidia-ml-py is not installed",
-                                   "power_source": None})
+    meta = synth.gpu_meta(
+        power_cap_w=750,
+        enforced_power_limit_w=1000,
+        monitor={"available": False, "unavailable_reason": "nvidia-ml-py is not installed", "power_source": None},
+    )
     run = run_from(tmp_path, _small_results(meta))  # no power.csv
     out = render_report(run)
     html = out["html"].read_text()
@@ -308,7 +342,9 @@ def test_power_timeline_placeholder_reason_and_downsampling(tmp_path):
     plots.plot_power_timeline(None, meta, None, tmp_path / "a")
     assert_png(tmp_path / "a" / "power_timeline.png", min_var=1e-5)
     (tmp_path / "e").mkdir()
-    (tmp_path / "e" / "power.csv").write_text("time_s,gpu_index,power_w,sm_clock_mhz,mem_clock_mhz,temperature_c,reasons,case_id\n")
+    (tmp_path / "e" / "power.csv").write_text(
+        "time_s,gpu_index,power_w,sm_clock_mhz,mem_clock_mhz,temperature_c,reasons,case_id\n"
+    )
     empty = read_power(tmp_path / "e")
     assert empty is not None and empty.empty and read_power(tmp_path / "nowhere") is None
     files = plots.plot_power_timeline(empty, synth.gpu_meta(), None, tmp_path / "e" / "plots")
@@ -342,11 +378,26 @@ def test_render_with_zero_ok_cases(tmp_path):
 
 
 def test_render_legacy_run_with_missing_fields(tmp_path):
-    res = {"schema": "gdpa-bench/1", "meta": {"gpu": "NVIDIA H100"}, "cases": [
-        {"id": "set1/fwd/L=128/fill=1.0/gdpa_triton", "status": "ok", "flops": 1e12, "median_ms": 4.0,
-         "times_ms": [4.0, 4.1, 3.9]},
-        {"id": "set1/fwd/L=256/fill=1.0/gdpa_triton", "status": "ok", "flops": 4e12, "times_ms": [8.0]},
-        {"id": "set1/fwd/L=256/fill=1.0/fa4", "semantics": "softmax", "status": "failed", "error": "ImportError: x"}]}
+    res = {
+        "schema": "gdpa-bench/1",
+        "meta": {"gpu": "NVIDIA H100"},
+        "cases": [
+            {
+                "id": "set1/fwd/L=128/fill=1.0/gdpa_triton",
+                "status": "ok",
+                "flops": 1e12,
+                "median_ms": 4.0,
+                "times_ms": [4.0, 4.1, 3.9],
+            },
+            {"id": "set1/fwd/L=256/fill=1.0/gdpa_triton", "status": "ok", "flops": 4e12, "times_ms": [8.0]},
+            {
+                "id": "set1/fwd/L=256/fill=1.0/fa4",
+                "semantics": "softmax",
+                "status": "failed",
+                "error": "ImportError: x",
+            },
+        ],
+    }
     (tmp_path / "results.json").write_text(json.dumps(res))
     out = render_report(tmp_path / "results.json", baseline="fa4")
     html = out["html"].read_text()
@@ -366,8 +417,10 @@ def test_length_histograms_go_through_workloads_plot(tmp_path, monkeypatch):
     mod = types.ModuleType("workloads.plot")
     mod.plot_length_histogram = fake
     monkeypatch.setitem(sys.modules, "workloads.plot", mod)
-    wl = {"set1/L=64/fill=0.5": synth.make_workload("set1", 64, 0.5, B=16),
-          "set2/L=64/fill=1.0": synth.make_workload("set2", 64, 1.0, B=16)}
+    wl = {
+        "set1/L=64/fill=0.5": synth.make_workload("set1", 64, 0.5, B=16),
+        "set2/L=64/fill=1.0": synth.make_workload("set2", 64, 1.0, B=16),
+    }
     files = plots.plot_length_histograms(wl, tmp_path)
     assert [c[3] for c in calls] == list(wl)
     assert calls[0][0].tolist() == wl["set1/L=64/fill=0.5"]["q_lengths"]
@@ -398,10 +451,21 @@ def test_chromium_screenshot_of_report(request, tmp_path):
         pytest.skip("chromium not installed (set GDPA_REQUIRE_CHROMIUM=1 to make this a failure)")
     h200 = request.getfixturevalue("h200")
     shot = tmp_path / "shot.png"
-    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,2000",
-           h200["out"]["html"].resolve().as_uri()]
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        "--window-size=1400,2000",
+        h200["out"]["html"].resolve().as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert shot.exists(), f"chromium wrote no screenshot (rc {proc.returncode}): {proc.stderr[-2000:]}"
     assert shot.read_bytes()[:8] == PNG_SIG

@@ -1,4 +1,5 @@
 """reports.results, the one results contract: flattening, files, and the power-timeline stitching rule."""
+
 from __future__ import annotations
 
 import io
@@ -7,8 +8,20 @@ import json
 import pandas as pd
 import pytest
 
-from reports.results import (POWER_COLUMNS, SCHEMA, TIMELINE_GAP_S, ResultsError, ResultsWriter, append_timeline,
-                             atomic_write, csv_frame, flatten_case, power_csv_text, read_power, read_results)
+from reports.results import (
+    POWER_COLUMNS,
+    SCHEMA,
+    TIMELINE_GAP_S,
+    ResultsError,
+    ResultsWriter,
+    append_timeline,
+    atomic_write,
+    csv_frame,
+    flatten_case,
+    power_csv_text,
+    read_power,
+    read_results,
+)
 
 
 def frame(rows):
@@ -17,10 +30,21 @@ def frame(rows):
 
 
 def test_timeline_segments_start_one_gap_after_each_gpus_last_sample():
-    old = frame([(0.0, 0, 100.0, 1, 1, 40, [], "a"), (2.0, 0, 100.0, 1, 1, 40, [], "a"),
-                 (0.0, 1, 100.0, 1, 1, 40, [], "b"), (5.0, 1, 100.0, 1, 1, 40, ["sw_power_cap"], "b")])
-    new = frame([(0.0, 0, 200.0, 1, 1, 40, [], "c"), (0.5, 0, 200.0, 1, 1, 40, [], "c"),
-                 (0.25, 2, 300.0, None, None, None, None, "d")])
+    old = frame(
+        [
+            (0.0, 0, 100.0, 1, 1, 40, [], "a"),
+            (2.0, 0, 100.0, 1, 1, 40, [], "a"),
+            (0.0, 1, 100.0, 1, 1, 40, [], "b"),
+            (5.0, 1, 100.0, 1, 1, 40, ["sw_power_cap"], "b"),
+        ]
+    )
+    new = frame(
+        [
+            (0.0, 0, 200.0, 1, 1, 40, [], "c"),
+            (0.5, 0, 200.0, 1, 1, 40, [], "c"),
+            (0.25, 2, 300.0, None, None, None, None, "d"),
+        ]
+    )
     out = append_timeline(old, new)
     t = out["time_s"].astype(float).tolist()
     assert t[:4] == [0.0, 2.0, 0.0, 5.0]
@@ -35,8 +59,18 @@ def test_timeline_segments_start_one_gap_after_each_gpus_last_sample():
 
 
 def test_power_csv_round_trip(tmp_path):
-    samples = [{"time_s": 0.5, "gpu_index": 0, "power_w": 690.0, "sm_clock_mhz": 1755, "mem_clock_mhz": None,
-                "temperature_c": 61, "reasons": ["sw_power_cap", "hw_thermal"], "case_id": "s/fwd/L=8,odd/p"}]
+    samples = [
+        {
+            "time_s": 0.5,
+            "gpu_index": 0,
+            "power_w": 690.0,
+            "sm_clock_mhz": 1755,
+            "mem_clock_mhz": None,
+            "temperature_c": 61,
+            "reasons": ["sw_power_cap", "hw_thermal"],
+            "case_id": "s/fwd/L=8,odd/p",
+        }
+    ]
     atomic_write(tmp_path / "power.csv", power_csv_text(samples))
     df = read_power(tmp_path)
     assert df.loc[0, "reasons"] == "sw_power_cap|hw_thermal" and df.loc[0, "case_id"] == "s/fwd/L=8,odd/p"
@@ -45,8 +79,14 @@ def test_power_csv_round_trip(tmp_path):
 
 
 def test_flatten_and_csv_frame():
-    case = {"id": "a", "times_ms": [1.0, 2.0], "power": {"avg_w": 5.0, "reasons": ["x", "y"]},
-            "workload": {"params": {"fill": 0.5}}, "error": None, "sweep": {}}
+    case = {
+        "id": "a",
+        "times_ms": [1.0, 2.0],
+        "power": {"avg_w": 5.0, "reasons": ["x", "y"]},
+        "workload": {"params": {"fill": 0.5}},
+        "error": None,
+        "sweep": {},
+    }
     row = flatten_case(case)
     assert row["power.avg_w"] == 5.0 and row["workload.params.fill"] == 0.5 and row["times_ms"] == [1.0, 2.0]
     df = csv_frame([case, {"id": "b", "times_ms": [], "power": None, "error": None}])

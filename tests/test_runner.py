@@ -1,4 +1,5 @@
 """The runner end to end on CPU: statuses, faults, interruption, resume, results files."""
+
 import json
 import os
 import signal
@@ -60,7 +61,8 @@ class _Picky(Provider):
 
 def config(tmp_path, providers, modes="[fwd, bwd]", extra=""):
     p = tmp_path / "cfg.yaml"
-    p.write_text(textwrap.dedent(f"""
+    p.write_text(
+        textwrap.dedent(f"""
         name: t
         device: cpu
         providers: {providers}
@@ -79,7 +81,8 @@ def config(tmp_path, providers, modes="[fwd, bwd]", extra=""):
             max_len: [6, 9]
             lengths: {{family: uniform_fill, fill: 0.5}}
             kv: {{rule: self}}
-        """))
+        """)
+    )
     return p
 
 
@@ -96,8 +99,14 @@ def test_statuses_and_sweep_goes_on(tmp_path, capsys):
     by = {}
     for c in data["cases"]:
         by.setdefault(c["provider"], set()).add(c["status"])
-    assert by == {"test_boom": {"failed"}, "test_oom": {"failed"}, "test_wrong": {"incorrect"},
-                  "test_picky": {"skipped"}, "naive_eager": {"ok"}, "reference": {"ok"}}
+    assert by == {
+        "test_boom": {"failed"},
+        "test_oom": {"failed"},
+        "test_wrong": {"incorrect"},
+        "test_picky": {"skipped"},
+        "naive_eager": {"ok"},
+        "reference": {"ok"},
+    }
     assert len(data["cases"]) == 6 * 2 * 2  # providers x modes x max lengths: nothing lost
     boom = next(c for c in data["cases"] if c["provider"] == "test_boom")
     assert boom["error"] == "RuntimeError: kernel exploded" and boom["times_ms"] == []
@@ -110,10 +119,14 @@ def test_statuses_and_sweep_goes_on(tmp_path, capsys):
     ok = next(c for c in data["cases"] if c["provider"] == "naive_eager" and c["mode"] == "bwd")
     assert ok["correctness"]["passed"] and set(ok["correctness"]["per_tensor"]) == {"out", "dq", "dk", "dv"}
     assert len(ok["times_ms"]) >= 2 and ok["p20_ms"] <= ok["median_ms"] <= ok["p80_ms"]
-    assert ok["flops"] == pytest.approx(case_flops(load_config(cfg).cases[0].workload,
-                                                   np.array(data["workloads"][ok["workload"]["name"]]["q_lengths"]),
-                                                   np.array(data["workloads"][ok["workload"]["name"]]["kv_lengths"]),
-                                                   "bwd"))
+    assert ok["flops"] == pytest.approx(
+        case_flops(
+            load_config(cfg).cases[0].workload,
+            np.array(data["workloads"][ok["workload"]["name"]]["q_lengths"]),
+            np.array(data["workloads"][ok["workload"]["name"]]["kv_lengths"]),
+            "bwd",
+        )
+    )
     assert ok["power"] is None and data["meta"]["monitor"]["unavailable_reason"] == "no GPU (CPU run)"
     csv = pd.read_csv(out / "results.csv")
     assert len(csv) == len(data["cases"]) and "correctness.rel_err" in csv.columns
@@ -162,10 +175,19 @@ def test_interrupted_run_keeps_finished_cases(tmp_path, sig):
     (tmp_path / "slowprov.py").write_text(SLOW)
     cfg = config(tmp_path, "[test_slow]", modes="[fwd, bwd, fwd_bwd]")
     out = tmp_path / "run"
-    env = dict(os.environ, GDPA_BENCH_PROVIDERS="slowprov",
-               PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out), "--no-progress"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ,
+        GDPA_BENCH_PROVIDERS="slowprov",
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out), "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
@@ -207,8 +229,20 @@ def test_flops_follow_the_peer_convention():
 def test_smoke_config_pipeline_subset(tmp_path):
     """The README's main job on CPU, restricted to one workload to keep the suite fast."""
     out = tmp_path / "smoke"
-    assert main(["run", str(ROOT / "configs" / "smoke.yaml"), "--out", str(out), "--no-progress",
-                 "--only", "tiny/.*/L=24/fill=1.0/"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(ROOT / "configs" / "smoke.yaml"),
+                "--out",
+                str(out),
+                "--no-progress",
+                "--only",
+                "tiny/.*/L=24/fill=1.0/",
+            ]
+        )
+        == 0
+    )
     data = results(out)
     assert {c["provider"] for c in data["cases"]} == {"gdpa_triton", "naive_eager", "reference"}
     assert all(c["status"] == "ok" for c in data["cases"]), [c["error"] for c in data["cases"]]
@@ -220,6 +254,7 @@ def test_smoke_config_pipeline_subset(tmp_path):
 
 class _OrderMonitor:
     """Stands in for the NVML monitor: records when the energy loop runs relative to the samples."""
+
     available = True
 
     def __init__(self, events):
@@ -236,9 +271,13 @@ def test_energy_loop_before_or_after_the_samples(tmp_path, first):
     from bench.case_power import CasePower
     from bench.runner import Runner
     from workloads.batch import make_batch
+
     path = config(tmp_path, "[naive_eager]", modes="[fwd]")
-    path.write_text(path.read_text().replace(
-        "power: {enabled: false}", f"power: {{energy_loop_s: 0.01, energy_loop_first: {str(first).lower()}}}"))
+    path.write_text(
+        path.read_text().replace(
+            "power: {enabled: false}", f"power: {{energy_loop_s: 0.01, energy_loop_first: {str(first).lower()}}}"
+        )
+    )
     cfg = load_config(path)
     runner = Runner(cfg, tmp_path / "run", torch.device("cpu"), progress=False, log=lambda *_: None)
     events = []

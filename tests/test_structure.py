@@ -1,5 +1,6 @@
 """The shape of the code stays as docs/DESIGN.md §2 describes it: every module imports, no import circle,
 the layering holds, no private name crosses a module boundary, no file over 500 lines."""
+
 from __future__ import annotations
 
 import ast
@@ -11,8 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("workloads", "kernels", "reports", "bench")
 # What each package may import (docs/DESIGN.md §2): workloads -> kernels -> bench, reports -> bench.
-ALLOWED = {"workloads": {"workloads"}, "kernels": {"kernels", "workloads"},
-           "reports": {"reports", "kernels", "workloads"}, "bench": set(PACKAGES)}
+ALLOWED = {
+    "workloads": {"workloads"},
+    "kernels": {"kernels", "workloads"},
+    "reports": {"reports", "kernels", "workloads"},
+    "bench": set(PACKAGES),
+}
 MAX_LINES = 500
 # Optional dependencies (pyproject extras): a module built on one imports only where it is installed.
 OPTIONAL = {"cutlass", "flash_attn", "quack", "cuda", "submitit"}
@@ -96,7 +101,7 @@ def test_no_import_circle():
         stack.append(m)
         for n in sorted(graph[m]):
             if state.get(n) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(n):], n]))
+                cycles.append(" -> ".join([*stack[stack.index(n) :], n]))
             elif n not in state:
                 visit(n)
         stack.pop()
@@ -139,16 +144,24 @@ def test_no_private_name_crosses_a_module():
                     if f"{node.module}.{a.name}" in MODULES:
                         aliases[a.asname or a.name] = f"{node.module}.{a.name}"
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
     assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_no_file_over_500_lines(pkg):
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / pkg).rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / pkg).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"over {MAX_LINES} lines: {long}"
 
 

@@ -1,5 +1,6 @@
 """Test-only providers, registered on import (tests import this module by name; conftest puts tests/ on
 sys.path). `test_tunable` takes an option and counts its instances."""
+
 from kernels.naive import NaiveEager
 from kernels.registry import register
 

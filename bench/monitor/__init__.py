@@ -24,11 +24,23 @@ as failed); the monitor is left in its previous state. The monitor only reads: i
 Modules: `reasons` (the reason bits), `nvml` (device access and static facts), `summary` (window
 statistics, energy from counter ticks), `measure` (the loop and the power dict), `sampler` (the thread).
 """
+
 from bench.monitor.measure import run_for
 from bench.monitor.nvml import NvmlDevice, device_facts, gpu_index_from_device
 from bench.monitor.reasons import REASON_BITS, SW_POWER_CAP, decode_reasons
 from bench.monitor.sampler import PowerMonitor
 from bench.monitor.summary import AT_CAP_FRACTION, energy_from_ticks, summarize_samples
 
-__all__ = ["AT_CAP_FRACTION", "REASON_BITS", "SW_POWER_CAP", "NvmlDevice", "PowerMonitor", "decode_reasons",
-           "device_facts", "energy_from_ticks", "gpu_index_from_device", "run_for", "summarize_samples"]
+__all__ = [
+    "AT_CAP_FRACTION",
+    "REASON_BITS",
+    "SW_POWER_CAP",
+    "NvmlDevice",
+    "PowerMonitor",
+    "decode_reasons",
+    "device_facts",
+    "energy_from_ticks",
+    "gpu_index_from_device",
+    "run_for",
+    "summarize_samples",
+]

@@ -1,5 +1,6 @@
 """The measured loop of a case's power (docs/DESIGN.md §5): run a callable for at least N seconds with the
 sampler on, then turn the window's samples and energy-counter readings into the case's `power` dict."""
+
 from __future__ import annotations
 
 import math
@@ -46,15 +47,25 @@ def run_for(
         batch = max(1, min(need, calls))
 
 
-def power_of_window(window: dict, *, calls: int, seconds: float, wall_s: float, e0: int | None, e1: int | None,
-                    cap_w: float | None, flops_per_call: float | None) -> dict | None:
+def power_of_window(
+    window: dict,
+    *,
+    calls: int,
+    seconds: float,
+    wall_s: float,
+    e0: int | None,
+    e1: int | None,
+    cap_w: float | None,
+    flops_per_call: float | None,
+) -> dict | None:
     """The `power` dict of one measured window (fields documented on `PowerMonitor.measure`).
 
     `window`: the sampler's readings inside it (`PowerMonitor.window`); `e0`/`e1`: the energy counter
     (mJ) read at its start and end; `wall_s`: the monotonic span between those two reads. None when
     neither samples nor the counter gave anything."""
-    result = summarize_samples(window["power_w"], window["sm_clock_mhz"], window["temperature_c"],
-                               window["reason_masks"], cap_w=cap_w)
+    result = summarize_samples(
+        window["power_w"], window["sm_clock_mhz"], window["temperature_c"], window["reason_masks"], cap_w=cap_w
+    )
     delta_w = None
     if e0 is not None and e1 is not None and e1 > e0 and seconds > 0:
         delta_w = (e1 - e0) / 1000.0 / seconds
@@ -73,15 +84,17 @@ def power_of_window(window: dict, *, calls: int, seconds: float, wall_s: float, 
         return None  # nothing measured: no samples and no energy counter
     tflops = flops_per_call * calls / seconds / 1e12 if flops_per_call is not None and seconds > 0 else None
     watts = avg_w_from_energy if avg_w_from_energy is not None else result["avg_w"]
-    result.update({
-        "energy_j_per_call": energy_j / calls,
-        "energy_source": energy_source,
-        "avg_w_from_energy": avg_w_from_energy,
-        "avg_w_from_energy_delta": delta_w,
-        "tflops": tflops,
-        "tflops_per_w": tflops / watts if tflops is not None and watts else None,
-        "cap_w": cap_w,
-        "calls": calls,
-        "seconds": seconds,
-    })
+    result.update(
+        {
+            "energy_j_per_call": energy_j / calls,
+            "energy_source": energy_source,
+            "avg_w_from_energy": avg_w_from_energy,
+            "avg_w_from_energy_delta": delta_w,
+            "tflops": tflops,
+            "tflops_per_w": tflops / watts if tflops is not None and watts else None,
+            "cap_w": cap_w,
+            "calls": calls,
+            "seconds": seconds,
+        }
+    )
     return result

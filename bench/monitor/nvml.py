@@ -5,6 +5,7 @@ reports as `PowerReadError`.
 
 The harness only reads: no ``nvmlDeviceSet*`` call exists in bench/ (docs/DESIGN.md §5).
 """
+
 from __future__ import annotations
 
 import os
@@ -102,7 +103,7 @@ class NvmlDevice:
     def _open(self, nvml: Any) -> None:
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml as nvml  # noqa: PLC0415  (optional: nvidia-ml-py; absent means "unavailable")
             except Exception as exc:  # ImportError, or a broken install
                 self.unavailable_reason = f"NVML not available: cannot import pynvml (nvidia-ml-py): {one_line(exc)}"
                 return
@@ -147,18 +148,22 @@ class NvmlDevice:
         if instant_problem is None:
             self.power_source = "instant"
             self.power_source_note = (
-                "NVML_FI_DEV_POWER_INSTANT field (instantaneous power; refreshed about every 100 ms on an H200)")
+                "NVML_FI_DEV_POWER_INSTANT field (instantaneous power; refreshed about every 100 ms on an H200)"
+            )
             return True
         try:
             self.nvml.nvmlDeviceGetPowerUsage(self.handle)
         except Exception as exc:
-            self.unavailable_reason = (f"NVML power not readable on GPU {self.index}: instant field: {instant_problem}; "
-                                       f"nvmlDeviceGetPowerUsage: {one_line(exc)}")
+            self.unavailable_reason = (
+                f"NVML power not readable on GPU {self.index}: instant field: {instant_problem}; "
+                f"nvmlDeviceGetPowerUsage: {one_line(exc)}"
+            )
             return False
         self.power_source = "average"
         self.power_source_note = (
             f"NVML_FI_DEV_POWER_INSTANT unavailable ({instant_problem}); using nvmlDeviceGetPowerUsage, "
-            "a ~1 s moving average on recent GPUs: peak_w is smoothed and frac_power_at_cap lags")
+            "a ~1 s moving average on recent GPUs: peak_w is smoothed and frac_power_at_cap lags"
+        )
         return True
 
     def shutdown(self) -> None:
@@ -206,8 +211,17 @@ class NvmlDevice:
 def device_facts(index: int, nvml: Any = None) -> dict:
     """Static facts of GPU `index` for the environment record: UUID, application and max clocks, ECC,
     persistence and MIG mode, driver. A fact NVML cannot give is None; nothing here raises."""
-    keys = ("uuid", "driver", "clocks_applications_mhz", "clocks_max_mhz", "ecc_mode", "persistence_mode",
-            "mig_mode", "power_limit_default_w", "power_limit_enforced_w")
+    keys = (
+        "uuid",
+        "driver",
+        "clocks_applications_mhz",
+        "clocks_max_mhz",
+        "ecc_mode",
+        "persistence_mode",
+        "mig_mode",
+        "power_limit_default_w",
+        "power_limit_enforced_w",
+    )
     dev = NvmlDevice(index, nvml)
     facts: dict[str, Any] = dict.fromkeys(keys)
     if dev.nvml is None or dev.handle is None:

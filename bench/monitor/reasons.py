@@ -1,4 +1,5 @@
 """NVML clock-event ("throttle") reasons: the bit table and its stable names (part of results.json)."""
+
 from __future__ import annotations
 
 # nvml.h: nvmlClocksEventReason* (formerly nvmlClocksThrottleReason*). Keep the names stable.

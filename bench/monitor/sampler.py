@@ -1,5 +1,6 @@
 """The background sampler: one thread reading one GPU through NVML every `period_ms`, samples kept in
 compact typed arrays (56 bytes each: 10 h at 10 ms is ~200 MB), tagged with the case that ran."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,9 @@ class PowerMonitor:
     because of NVML (bench.monitor.nvml); exceptions of a measured callable do propagate.
     """
 
-    def __init__(self, device_index: int = 0, period_ms: float = 10.0, power_cap_w: float | None = None,
-                 nvml: Any = None):
+    def __init__(
+        self, device_index: int = 0, period_ms: float = 10.0, power_cap_w: float | None = None, nvml: Any = None
+    ):
         self.device_index = int(device_index)
         self.period_ms = float(period_ms)
         if not self.period_ms > 0:
@@ -47,8 +49,15 @@ class PowerMonitor:
         self.power_cap_w = None if power_cap_w is None else float(power_cap_w)
         self.error: str | None = None
         self.device = NvmlDevice(self.device_index, nvml)
-        for name in ("available", "unavailable_reason", "power_source", "power_source_note",
-                     "enforced_power_limit_w", "default_power_limit_w", "gpu_name"):
+        for name in (
+            "available",
+            "unavailable_reason",
+            "power_source",
+            "power_source_note",
+            "enforced_power_limit_w",
+            "default_power_limit_w",
+            "gpu_name",
+        ):
             setattr(self, name, getattr(self.device, name))
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -59,8 +68,13 @@ class PowerMonitor:
         self._case_index: dict[str, int] = {"": 0}
         self._markers: list[dict] = []
         self._t, self._power = array("d"), array("d")
-        self._sm, self._mem, self._temp, self._mask, self._case = (array("i"), array("i"), array("i"), array("q"),
-                                                                   array("i"))
+        self._sm, self._mem, self._temp, self._mask, self._case = (
+            array("i"),
+            array("i"),
+            array("i"),
+            array("q"),
+            array("i"),
+        )
         # The energy counter is read only inside measure() windows: one read costs ~4 ms of CPU where
         # every other read costs ~1-5 us (docs/DESIGN.md §5).
         self._energy, self._energy_t = array("q"), array("d")
@@ -112,9 +126,17 @@ class PowerMonitor:
         with self._lock:
             if self._t0 is None:
                 self._t0 = t
-            for arr, v in ((self._t, t), (self._power, power), (self._sm, sm), (self._mem, mem), (self._temp, temp),
-                           (self._mask, mask), (self._energy, energy), (self._energy_t, t_energy),
-                           (self._case, self._case_index[self._case_id])):
+            for arr, v in (
+                (self._t, t),
+                (self._power, power),
+                (self._sm, sm),
+                (self._mem, mem),
+                (self._temp, temp),
+                (self._mask, mask),
+                (self._energy, energy),
+                (self._energy_t, t_energy),
+                (self._case, self._case_index[self._case_id]),
+            ):
                 arr.append(v)
             return self._sample_dict(len(self._t) - 1) if as_dict else None
 
@@ -150,16 +172,29 @@ class PowerMonitor:
         temperature_c, reason_masks, energy_mj, energy_times_s."""
         with self._lock:
             sl = slice(start, len(self._t) if stop is None else stop)
-            return {"power_w": list(self._power[sl]), "sm_clock_mhz": [_value(v) for v in self._sm[sl]],
-                    "temperature_c": [_value(v) for v in self._temp[sl]],
-                    "reason_masks": [_value(v) for v in self._mask[sl]],
-                    "energy_mj": [_value(v) for v in self._energy[sl]], "energy_times_s": list(self._energy_t[sl])}
+            return {
+                "power_w": list(self._power[sl]),
+                "sm_clock_mhz": [_value(v) for v in self._sm[sl]],
+                "temperature_c": [_value(v) for v in self._temp[sl]],
+                "reason_masks": [_value(v) for v in self._mask[sl]],
+                "energy_mj": [_value(v) for v in self._energy[sl]],
+                "energy_times_s": list(self._energy_t[sl]),
+            }
 
     def clear(self) -> None:
         """Drop recorded samples and markers (the time origin is kept)."""
         with self._lock:
-            for arr in (self._t, self._power, self._sm, self._mem, self._temp, self._mask, self._case, self._energy,
-                        self._energy_t):
+            for arr in (
+                self._t,
+                self._power,
+                self._sm,
+                self._mem,
+                self._temp,
+                self._mask,
+                self._case,
+                self._energy,
+                self._energy_t,
+            ):
                 del arr[:]
             self._markers.clear()
 
@@ -182,8 +217,9 @@ class PowerMonitor:
             if self._t0 is None:
                 self._t0 = time.monotonic()
         stop_event = threading.Event()
-        thread = threading.Thread(target=self._loop, args=(stop_event,), name=f"PowerMonitor-gpu{self.device_index}",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self._loop, args=(stop_event,), name=f"PowerMonitor-gpu{self.device_index}", daemon=True
+        )
         self._stop_event, self._thread = stop_event, thread
         thread.start()
 
@@ -256,19 +292,33 @@ class PowerMonitor:
 
     def info(self) -> dict:
         return {
-            "available": self.available, "unavailable_reason": self.unavailable_reason,
-            "power_source": self.power_source, "power_source_note": self.power_source_note,
-            "enforced_power_limit_w": self.enforced_power_limit_w, "default_power_limit_w": self.default_power_limit_w,
-            "power_cap_w": self.power_cap_w, "period_ms": self.period_ms, "gpu_name": self.gpu_name,
+            "available": self.available,
+            "unavailable_reason": self.unavailable_reason,
+            "power_source": self.power_source,
+            "power_source_note": self.power_source_note,
+            "enforced_power_limit_w": self.enforced_power_limit_w,
+            "default_power_limit_w": self.default_power_limit_w,
+            "power_cap_w": self.power_cap_w,
+            "period_ms": self.period_ms,
+            "gpu_name": self.gpu_name,
             "device_index": self.device_index,
-            "at_cap_rule": f"a sample is at cap when power >= {AT_CAP_FRACTION} x cap_w or the sw_power_cap reason is set",
+            "at_cap_rule": (
+                f"a sample is at cap when power >= {AT_CAP_FRACTION} x cap_w or the sw_power_cap reason is set"
+            ),
             "error": self.error,
         }
 
     # ---------------------------------------------------------------- measure
-    def measure(self, fn: Callable[[], Any], *, sync: Callable[[], Any], min_seconds: float = 1.0,
-                flops_per_call: float | None = None, case_id: str | None = None,
-                clock: Callable[[], float] = time.perf_counter) -> dict | None:
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        *,
+        sync: Callable[[], Any],
+        min_seconds: float = 1.0,
+        flops_per_call: float | None = None,
+        case_id: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> dict | None:
         """Run ``fn()`` in a loop for >= ``min_seconds`` with sampling on; return the power dict.
 
         The loop is :func:`run_for` (sync before the start, then after doubling batches of calls).
@@ -325,8 +375,16 @@ class PowerMonitor:
                     self.begin_case(prev_case)
             if owns_thread:
                 self.stop()
-        result = power_of_window(window, calls=calls, seconds=seconds, wall_s=m1 - marks["m0"], e0=marks["e0"],
-                                 e1=e1, cap_w=self.cap_w(), flops_per_call=flops_per_call)
+        result = power_of_window(
+            window,
+            calls=calls,
+            seconds=seconds,
+            wall_s=m1 - marks["m0"],
+            e0=marks["e0"],
+            e1=e1,
+            cap_w=self.cap_w(),
+            flops_per_call=flops_per_call,
+        )
         if result is not None:
             result.update(power_source=self.power_source, monitor_error=monitor_error)
         return result

@@ -1,4 +1,5 @@
 """Numbers from one window of NVML samples: averages, the at-cap fractions, and energy from the counter."""
+
 from __future__ import annotations
 
 import math

@@ -2,6 +2,7 @@
 and to estimate a run's time (`bench list`). Only the ratios between cases matter for the balance; the
 absolute figures are a rough guide (docs/DESIGN.md §10).
 """
+
 from __future__ import annotations
 
 from bench.cases import Case, Workload

@@ -9,6 +9,7 @@ runs only the cases still missing, in new shard folders (`shards/resume<k>`).
 `device: cpu` configs shard over CPU worker processes instead ("all" = 2 workers, "0,1,2" = three
 workers labelled 0, 1, 2): that exists so sharding, merging and kill recovery are testable without a GPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,9 +33,12 @@ from reports.results import read_results
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 60.0  # after SIGTERM, how long a worker may take to write its results before SIGKILL
 
+
 def worker_env(n_workers: int, device_type: str) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     env["PYTHONUNBUFFERED"] = "1"
     if device_type == "cpu" and "OMP_NUM_THREADS" not in env:
         # CPU workers share the cores: without this every worker starts one thread per core
@@ -43,8 +47,18 @@ def worker_env(n_workers: int, device_type: str) -> dict:
 
 
 class Worker:
-    def __init__(self, label: int, cases: list[Case], shard_dir: Path, list_file: Path, log_file: Path,
-                 cmd: list[str], env: dict, tag: str, out_lock: threading.Lock):
+    def __init__(
+        self,
+        label: int,
+        cases: list[Case],
+        shard_dir: Path,
+        list_file: Path,
+        log_file: Path,
+        cmd: list[str],
+        env: dict,
+        tag: str,
+        out_lock: threading.Lock,
+    ):
         self.label, self.shard_dir, self.tag, self.lock = label, shard_dir, tag, out_lock
         self.ids = [c.id for c in cases]
         self._idset = set(self.ids)
@@ -52,8 +66,9 @@ class Worker:
         list_file.write_text("".join(i + "\n" for i in self.ids))
         self.log = open(log_file, "w", buffering=1)
         self.log.write("$ " + " ".join(cmd) + "\n")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)  # Ctrl-C reaches the parent only: it stops us
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )  # Ctrl-C reaches the parent only: it stops us
         self.thread = threading.Thread(target=self._pump, name=f"{tag}-out", daemon=True)
         self.thread.start()
 
@@ -76,8 +91,9 @@ class Worker:
         return rc
 
 
-def launch(cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_root: Path,
-            tag_prefix: str = "") -> tuple[dict[int, int], bool]:
+def launch(
+    cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_root: Path, tag_prefix: str = ""
+) -> tuple[dict[int, int], bool]:
     """One `python -m bench run` per (label, cases); returns {label: returncode} and whether the
     parent was interrupted (Ctrl-C / SIGTERM: the workers are stopped with SIGTERM, their finished
     cases kept)."""
@@ -91,11 +107,32 @@ def launch(cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_ro
         with sigterm_as_interrupt():
             for label, cases in assignment:
                 sd = shard_root / f"gpu{label}"
-                cmd = [sys.executable, "-m", "bench", "run", str(cfg.path), "--out", str(sd),
-                       "--device", str(label), "--case-list", str(shard_root / f"gpu{label}.txt"), "--no-progress",
-                       "--no-report"]
-                w = Worker(label, cases, sd, shard_root / f"gpu{label}.txt", shard_root / f"gpu{label}.log",
-                            cmd, env, f"{tag_prefix}gpu{label}", lock)
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "bench",
+                    "run",
+                    str(cfg.path),
+                    "--out",
+                    str(sd),
+                    "--device",
+                    str(label),
+                    "--case-list",
+                    str(shard_root / f"gpu{label}.txt"),
+                    "--no-progress",
+                    "--no-report",
+                ]
+                w = Worker(
+                    label,
+                    cases,
+                    sd,
+                    shard_root / f"gpu{label}.txt",
+                    shard_root / f"gpu{label}.log",
+                    cmd,
+                    env,
+                    f"{tag_prefix}gpu{label}",
+                    lock,
+                )
                 workers.append(w)
                 with lock:
                     print(f"[{w.tag}] pid {w.proc.pid}: {len(cases)} cases -> {sd} (log {sd}.log)", flush=True)
@@ -116,8 +153,16 @@ def launch(cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_ro
     return {w.label: w.finish() for w in workers}, interrupted
 
 
-def run_local(cfg: LoadedConfig, cases: list[Case], run_dir: Path, labels: list[int], *, resume: bool = False,
-               render: bool = True, tag_prefix: str = "") -> int:
+def run_local(
+    cfg: LoadedConfig,
+    cases: list[Case],
+    run_dir: Path,
+    labels: list[int],
+    *,
+    resume: bool = False,
+    render: bool = True,
+    tag_prefix: str = "",
+) -> int:
     """Shard `cases` over `labels` workers into run_dir, merge, optionally render; the exit code."""
     run_dir = Path(run_dir).resolve()
     plan = read_plan(run_dir) if resume else None
@@ -135,18 +180,29 @@ def run_local(cfg: LoadedConfig, cases: list[Case], run_dir: Path, labels: list[
     assignment = [(lab, sc) for lab, sc in zip(labels, shards, strict=True) if sc]
     idle = [lab for lab, sc in zip(labels, shards, strict=True) if not sc]
     if idle:
-        print(f"note: {len(idle)} worker(s) get no case (only {len(cases)} cases): "
-              + ", ".join(f"gpu{i}" for i in idle), flush=True)
+        print(
+            f"note: {len(idle)} worker(s) get no case (only {len(cases)} cases): " + ", ".join(f"gpu{i}" for i in idle),
+            flush=True,
+        )
     for lab, sc in assignment:
-        plan["sources"].append({"dir": os.path.relpath(shard_root / f"gpu{lab}", run_dir), "gpu_index": lab,
-                                "cases": [c.id for c in sc], "returncode": None})
+        plan["sources"].append(
+            {
+                "dir": os.path.relpath(shard_root / f"gpu{lab}", run_dir),
+                "gpu_index": lab,
+                "cases": [c.id for c in sc],
+                "returncode": None,
+            }
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     write_plan(run_dir, plan)
     what = "GPU" if cfg.model.device == "cuda" else "CPU worker"
-    print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {len(assignment)} {what}(s) "
-          f"[{', '.join(str(lab) for lab, _ in assignment)}] -> {run_dir}", flush=True)
+    print(
+        f"gdpa-bench: {len(cases)} cases from {cfg.path} on {len(assignment)} {what}(s) "
+        f"[{', '.join(str(lab) for lab, _ in assignment)}] -> {run_dir}",
+        flush=True,
+    )
     rcs, interrupted = launch(cfg, assignment, shard_root, tag_prefix)
-    new = plan["sources"][len(plan["sources"]) - len(assignment):]
+    new = plan["sources"][len(plan["sources"]) - len(assignment) :]
     for src, (lab, _) in zip(new, assignment, strict=True):
         src["returncode"] = rcs.get(lab)
     write_plan(run_dir, plan)
@@ -154,8 +210,9 @@ def run_local(cfg: LoadedConfig, cases: list[Case], run_dir: Path, labels: list[
     return conclude(run_dir, data, rcs, interrupted, render, tag_prefix)
 
 
-def conclude(run_dir: Path, data: dict, rcs: dict, interrupted: bool, render: bool, tag_prefix: str = "",
-              unit: str = "gpu") -> int:
+def conclude(
+    run_dir: Path, data: dict, rcs: dict, interrupted: bool, render: bool, tag_prefix: str = "", unit: str = "gpu"
+) -> int:
     meta = data["meta"]
     counts: dict[str, int] = {}
     for c in data["cases"]:
@@ -165,16 +222,22 @@ def conclude(run_dir: Path, data: dict, rcs: dict, interrupted: bool, render: bo
     for lab, rc in sorted(bad.items()):
         print(f"{tag_prefix}{unit}{lab}: worker {rc_text(rc)} (log: {log_hint(run_dir, lab, unit)})", flush=True)
     if missing:
-        print(f"MISSING: {len(missing)} case(s) were assigned but never recorded "
-              f"(in flight or not started when a worker stopped; `--resume {run_dir} --gpus ...` runs them):",
-              flush=True)
+        print(
+            f"MISSING: {len(missing)} case(s) were assigned but never recorded "
+            f"(in flight or not started when a worker stopped; `--resume {run_dir} --gpus ...` runs them):",
+            flush=True,
+        )
         for i in missing:
             print(f"  missing: {i}", flush=True)
     if render:
         render_report(run_dir)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no case recorded"
-    print(f"done: {summary} on {meta.get('gpu_count')} worker(s)"
-          + (f", {len(missing)} missing" if missing else "") + f". results: {run_dir / 'results.json'}", flush=True)
+    print(
+        f"done: {summary} on {meta.get('gpu_count')} worker(s)"
+        + (f", {len(missing)} missing" if missing else "")
+        + f". results: {run_dir / 'results.json'}",
+        flush=True,
+    )
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FAILED if bad or missing else 0
@@ -195,10 +258,20 @@ def adopt_single_run(run_dir: Path, cfg: LoadedConfig) -> dict:
         if (run_dir / name).is_file():
             shutil.copy2(run_dir / name, base / name)
     data = read_results(base)
-    plan = {"schema": PLAN_SCHEMA, "kind": "local", "config": str(cfg.path),
-            "cases": [c["id"] for c in data.get("cases", [])],
-            "sources": [{"dir": "shards/base", "gpu_index": None, "cases": [c["id"] for c in data.get("cases", [])],
-                         "returncode": 0}]}
+    plan = {
+        "schema": PLAN_SCHEMA,
+        "kind": "local",
+        "config": str(cfg.path),
+        "cases": [c["id"] for c in data.get("cases", [])],
+        "sources": [
+            {
+                "dir": "shards/base",
+                "gpu_index": None,
+                "cases": [c["id"] for c in data.get("cases", [])],
+                "returncode": 0,
+            }
+        ],
+    }
     write_plan(run_dir, plan)
     return plan
 
@@ -228,6 +301,7 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], a) -> int:
         return run_local(cfg, todo, run_dir, labels, resume=True)
     run_dir = Path(a.out or default_run_dir(cfg))
     if (run_dir / "results.json").exists() or plan_path(run_dir).exists():
-        raise UsageError(f"--out {run_dir}: already holds a run; pass --resume {run_dir} to continue it "
-                     "or choose another folder")
+        raise UsageError(
+            f"--out {run_dir}: already holds a run; pass --resume {run_dir} to continue it or choose another folder"
+        )
     return run_local(cfg, cases, run_dir, labels)

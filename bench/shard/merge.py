@@ -6,6 +6,7 @@ results (every case carries `gpu_index`, `gpu_name` and `host`), `meta` from the
 `shards`, `gpu_count` (the GPUs used) and `missing_cases` (assigned but not recorded); power.csv holds
 every shard's timeline. Later shards override earlier ones for the same case id (a resumed attempt).
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,6 +27,7 @@ from reports.results import SCHEMA, ResultsWriter, append_timeline, atomic_write
 
 def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
 
 @dataclass
 class Shard:
@@ -60,8 +62,13 @@ def rc_text(rc: int | None) -> str:
     return f"exit {rc}"
 
 
-def merge_shards(shards: list[Shard], out_dir: Path, expected_all: list[str] | None = None,
-           interrupted: bool = False, extra_meta: dict | None = None) -> dict:
+def merge_shards(
+    shards: list[Shard],
+    out_dir: Path,
+    expected_all: list[str] | None = None,
+    interrupted: bool = False,
+    extra_meta: dict | None = None,
+) -> dict:
     """Union of the shard runs into `out_dir` (results.json, results.csv, power.csv). Later shards
     override earlier ones for the same case id (a resumed attempt over an earlier one)."""
     out_dir = Path(out_dir)
@@ -73,10 +80,23 @@ def merge_shards(shards: list[Shard], out_dir: Path, expected_all: list[str] | N
     power: pd.DataFrame | None = None
     for sh in shards:
         d = Path(sh.dir)
-        entry = {"gpu_index": sh.gpu_index, "node": sh.node, "local_gpu_index": sh.local_index, "dir": os.path.relpath(d, out_dir),
-                 "gpu": None, "host": None, "cases": 0, "assigned": len(sh.expected) if sh.expected is not None else None,
-                 "missing": [], "returncode": sh.returncode, "measured_gemm_tflops": None, "started_at": None,
-                 "finished_at": None, "interrupted": None, "error": None}
+        entry = {
+            "gpu_index": sh.gpu_index,
+            "node": sh.node,
+            "local_gpu_index": sh.local_index,
+            "dir": os.path.relpath(d, out_dir),
+            "gpu": None,
+            "host": None,
+            "cases": 0,
+            "assigned": len(sh.expected) if sh.expected is not None else None,
+            "missing": [],
+            "returncode": sh.returncode,
+            "measured_gemm_tflops": None,
+            "started_at": None,
+            "finished_at": None,
+            "interrupted": None,
+            "error": None,
+        }
         data = None
         if (d / "results.json").is_file():
             try:
@@ -89,10 +109,14 @@ def merge_shards(shards: list[Shard], out_dir: Path, expected_all: list[str] | N
         if data is not None:
             meta = data.get("meta") or {}
             metas.append(meta)
-            entry.update(gpu=meta.get("gpu") or meta.get("device"), host=meta.get("host"),
-                         measured_gemm_tflops=meta.get("measured_gemm_tflops"),
-                         started_at=meta.get("started_at"), finished_at=meta.get("finished_at"),
-                         interrupted=meta.get("interrupted"))
+            entry.update(
+                gpu=meta.get("gpu") or meta.get("device"),
+                host=meta.get("host"),
+                measured_gemm_tflops=meta.get("measured_gemm_tflops"),
+                started_at=meta.get("started_at"),
+                finished_at=meta.get("finished_at"),
+                interrupted=meta.get("interrupted"),
+            )
             workloads.update(data.get("workloads") or {})
             for case in data.get("cases") or []:
                 case = dict(case)
@@ -133,7 +157,7 @@ def merge_shards(shards: list[Shard], out_dir: Path, expected_all: list[str] | N
     starts = [e["started_at"] for e in entries if e["started_at"]]
     labels = []
     for e in entries:
-        for g in (e["gpu_index"] if isinstance(e["gpu_index"], list) else [e["gpu_index"]]):
+        for g in e["gpu_index"] if isinstance(e["gpu_index"], list) else [e["gpu_index"]]:
             if g is not None and g not in labels:
                 labels.append(g)
     expected = list(expected_all) if expected_all is not None else []
@@ -201,19 +225,44 @@ def shards_from_plan(run_dir: Path, plan: dict) -> tuple[list[Shard], list[str]]
             if sub is not None:
                 for s2 in sub.get("sources", []):
                     local = s2.get("gpu_index")
-                    shards.append(Shard(dir=d / s2["dir"], gpu_index=None if local is None else offset + local,
-                                        gpu_offset=offset, node=node, local_index=local,
-                                        expected=s2.get("cases"), returncode=s2.get("returncode")))
+                    shards.append(
+                        Shard(
+                            dir=d / s2["dir"],
+                            gpu_index=None if local is None else offset + local,
+                            gpu_offset=offset,
+                            node=node,
+                            local_index=local,
+                            expected=s2.get("cases"),
+                            returncode=s2.get("returncode"),
+                        )
+                    )
                 continue
-            found = sorted((p for p in (d / "shards").glob("gpu*") if p.is_dir() and re.fullmatch(r"gpu\d+", p.name)),
-                           key=lambda p: int(p.name[3:]))
+            found = sorted(
+                (p for p in (d / "shards").glob("gpu*") if p.is_dir() and re.fullmatch(r"gpu\d+", p.name)),
+                key=lambda p: int(p.name[3:]),
+            )
             for p in found:
                 local = int(p.name[3:])
-                shards.append(Shard(dir=p, gpu_index=offset + local, gpu_offset=offset, node=node,
-                                    local_index=local, expected=read_ids(p.with_name(p.name + ".txt"))))
+                shards.append(
+                    Shard(
+                        dir=p,
+                        gpu_index=offset + local,
+                        gpu_offset=offset,
+                        node=node,
+                        local_index=local,
+                        expected=read_ids(p.with_name(p.name + ".txt")),
+                    )
+                )
         else:
-            shards.append(Shard(dir=d, gpu_index=src.get("gpu_index"), node=src.get("node"),
-                                expected=src.get("cases"), returncode=src.get("returncode")))
+            shards.append(
+                Shard(
+                    dir=d,
+                    gpu_index=src.get("gpu_index"),
+                    node=src.get("node"),
+                    expected=src.get("cases"),
+                    returncode=src.get("returncode"),
+                )
+            )
     return shards, list(dict.fromkeys(expected))
 
 
@@ -224,5 +273,10 @@ def merge_planned(run_dir: Path, interrupted: bool = False) -> dict:
     if plan is None:
         raise UsageError(f"{run_dir}: no {PLAN_FILE} here (not a run made with --gpus or submit)")
     shards, expected = shards_from_plan(run_dir, plan)
-    return merge_shards(shards, run_dir, expected_all=expected, interrupted=interrupted,
-                  extra_meta={"config": plan.get("config"), "multigpu": plan.get("kind")})
+    return merge_shards(
+        shards,
+        run_dir,
+        expected_all=expected,
+        interrupted=interrupted,
+        extra_meta={"config": plan.get("config"), "multigpu": plan.get("kind")},
+    )

@@ -10,10 +10,13 @@
 - `RUN_DIR/multigpu.json` (the plan) lists every shard folder and the cases it was given, so a merge
   can be redone at any time from what is on disk and `--resume` knows what is still missing.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import torch
 
 from bench.cases import Case
 from bench.errors import UsageError
@@ -36,8 +39,6 @@ def parse_gpus(spec: str, device_type: str, visible: int | None = None) -> list[
     n = None
     if device_type != "cpu":
         if visible is None:
-            import torch
-
             visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
         n = visible
         if n == 0:
@@ -58,8 +59,7 @@ def parse_gpus(spec: str, device_type: str, visible: int | None = None) -> list[
     if n is not None:
         bad = [i for i in labels if i >= n]
         if bad:
-            raise UsageError(f"--gpus {text}: device {bad[0]} does not exist; {n} GPU(s) visible "
-                             f"(indices 0..{n - 1})")
+            raise UsageError(f"--gpus {text}: device {bad[0]} does not exist; {n} GPU(s) visible (indices 0..{n - 1})")
     return labels
 
 
@@ -127,7 +127,7 @@ def shard_cases(cases: list[Case], n: int, model=None, cost=None, setup=None) ->
         g = max(big, key=lambda g: (sum(c for _, c in g), -g[0][0]))
         k = parts.index(g)
         a, b = split_group(g)
-        parts[k:k + 1] = [a, b]
+        parts[k : k + 1] = [a, b]
     bins = lpt([sum(c for _, c in g) + extra.get(id(g), 0.0) for g in parts], n)
     return [[cases[i] for i in sorted(i for gi in b for i, _ in parts[gi])] for b in bins]
 

@@ -4,12 +4,15 @@ One job per node; each node shards its cases over its GPUs like `run --gpus all`
 into `nodes/node<k>`, and the submitting process merges every node's shards into one run
 (docs/DESIGN.md §10). If it dies, `python -m bench merge RUN_DIR` merges what the nodes recorded.
 """
+
 from __future__ import annotations
 
 import os
 import shutil
 import socket
 from pathlib import Path
+
+import torch
 
 from bench.config import LoadedConfig, default_run_dir, load_config
 from bench.errors import UsageError, one_line
@@ -29,7 +32,8 @@ def slurm_executor(folder: Path, name: str, gpus_per_node: int, timeout_min: int
     CPUS_PER_GPU cores per GPU (the worker processes), the partition and time limit. Site options the
     CLI has no flag for (account, qos, mem, constraint, cpus_per_task ...) come from the environment:
     GDPA_BENCH_SLURM_ARGS="account=ads,qos=high,mem=0" (each becomes `#SBATCH --key=value`)."""
-    import submitit
+    import submitit  # noqa: PLC0415  (optional: the cluster extra)
+
     extra: dict[str, str] = {}
     for item in filter(None, (x.strip() for x in os.environ.get(SLURM_ARGS_ENV, "").split(","))):
         key, sep, val = item.partition("=")
@@ -39,12 +43,18 @@ def slurm_executor(folder: Path, name: str, gpus_per_node: int, timeout_min: int
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
     except RuntimeError as exc:  # submitit: 'Could not detect "srun", are you indeed on a slurm cluster?'
-        raise UsageError(f"bench submit: {exc} (--local runs the nodes on this machine)")
+        raise UsageError(f"bench submit: {exc} (--local runs the nodes on this machine)") from None
     cpus = extra.pop("cpus_per_task", str(CPUS_PER_GPU * gpus_per_node))
     if not cpus.isdigit() or int(cpus) < 1:
         raise UsageError(f"{SLURM_ARGS_ENV}: cpus_per_task must be a positive integer, got {cpus!r}")
-    params = dict(name=name, nodes=1, tasks_per_node=1, gpus_per_node=gpus_per_node, timeout_min=timeout_min,
-                  cpus_per_task=int(cpus))
+    params = dict(
+        name=name,
+        nodes=1,
+        tasks_per_node=1,
+        gpus_per_node=gpus_per_node,
+        timeout_min=timeout_min,
+        cpus_per_task=int(cpus),
+    )
     if partition:
         params["slurm_partition"] = partition
     if extra:
@@ -61,16 +71,21 @@ def node_job(config_path: str, node_dir: str, case_ids: list[str], gpus: str, no
     labels = parse_gpus(gpus, cfg.model.device)
     rc = run_local(cfg, cases, Path(node_dir), labels, render=False, tag_prefix=f"node{node}/")
     data = read_results(node_dir)
-    return {"node": node, "host": socket.gethostname(), "returncode": rc, "recorded": len(data["cases"]),
-            "missing": data["meta"].get("missing_cases", [])}
+    return {
+        "node": node,
+        "host": socket.gethostname(),
+        "returncode": rc,
+        "recorded": len(data["cases"]),
+        "missing": data["meta"].get("missing_cases", []),
+    }
 
 
 def submit(cfg: LoadedConfig, a) -> int:
     """`python -m bench submit CONFIG --nodes N ...`: one job per node through submitit, then one merge."""
     try:
-        import submitit
+        import submitit  # noqa: PLC0415  (optional: the cluster extra)
     except ImportError:
-        raise UsageError("bench submit needs submitit: pip install -e '.[cluster]'")
+        raise UsageError("bench submit needs submitit: pip install -e '.[cluster]'") from None
     for name, val in (("--nodes", a.nodes), ("--gpus-per-node", a.gpus_per_node), ("--timeout-min", a.timeout_min)):
         if val is None or val < 1:
             raise UsageError(f"{name}: must be a positive integer, got {val}")
@@ -78,13 +93,13 @@ def submit(cfg: LoadedConfig, a) -> int:
     cuda = cfg.model.device == "cuda"
     G, N = a.gpus_per_node, a.nodes
     if a.local and cuda:
-        import torch
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if N * G > have:
             raise UsageError(f"--local --nodes {N} --gpus-per-node {G}: needs {N * G} GPUs here, {have} visible")
     if not a.local and shutil.which("sbatch") is None:
-        raise UsageError("bench submit: Slurm's sbatch is not on PATH here; "
-                     "--local runs the nodes on this machine (testing)")
+        raise UsageError(
+            "bench submit: Slurm's sbatch is not on PATH here; --local runs the nodes on this machine (testing)"
+        )
     run_dir = Path(a.out or default_run_dir(cfg)).resolve()
     if (run_dir / "results.json").exists() or plan_path(run_dir).exists():
         raise UsageError(f"--out {run_dir}: already holds a run; choose another folder")
@@ -96,11 +111,25 @@ def submit(cfg: LoadedConfig, a) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = str(cfg.path.resolve())
     node_cases = shard_cases(cases, N, cfg.model)
-    plan = {"schema": PLAN_SCHEMA, "kind": "local-submit" if a.local else "slurm", "config": str(cfg.path),
-            "gpus_per_node": G, "cases": [c.id for c in cases], "sources": []}
+    plan = {
+        "schema": PLAN_SCHEMA,
+        "kind": "local-submit" if a.local else "slurm",
+        "config": str(cfg.path),
+        "gpus_per_node": G,
+        "cases": [c.id for c in cases],
+        "sources": [],
+    }
     for k, nc in enumerate(node_cases):
-        plan["sources"].append({"kind": "node", "dir": f"nodes/node{k}", "node": k, "gpu_offset": k * G,
-                                "cases": [c.id for c in nc], "job_id": None})
+        plan["sources"].append(
+            {
+                "kind": "node",
+                "dir": f"nodes/node{k}",
+                "node": k,
+                "gpu_offset": k * G,
+                "cases": [c.id for c in nc],
+                "job_id": None,
+            }
+        )
     write_plan(run_dir, plan)
     # the job processes unpickle bench.shard.slurm.node_job: they must import this checkout
     pp = os.environ.get("PYTHONPATH", "")
@@ -113,9 +142,13 @@ def submit(cfg: LoadedConfig, a) -> int:
             print(f"node{k}: no case (only {len(cases)} cases for {N} nodes); not submitted", flush=True)
             continue
         if a.local:
-            executor.update_parameters(timeout_min=a.timeout_min, nodes=1, tasks_per_node=1,
-                                       gpus_per_node=G if cuda else 0,
-                                       visible_gpus=tuple(range(k * G, (k + 1) * G)) if cuda else ())
+            executor.update_parameters(
+                timeout_min=a.timeout_min,
+                nodes=1,
+                tasks_per_node=1,
+                gpus_per_node=G if cuda else 0,
+                visible_gpus=tuple(range(k * G, (k + 1) * G)) if cuda else (),
+            )
         try:
             job = executor.submit(node_job, config_path, str(run_dir / f"nodes/node{k}"), [c.id for c in nc], gpus, k)
         except Exception as exc:  # sbatch refused (bad partition, account, limits): nothing half-submitted
@@ -124,14 +157,18 @@ def submit(cfg: LoadedConfig, a) -> int:
                     j.cancel(check=False)
                 except Exception:
                     pass
-            raise UsageError(f"bench submit: submitting node{k} failed: {one_line(exc)}"
-                         + (f" (cancelled the {len(jobs)} job(s) already submitted)" if jobs else ""))
+            raise UsageError(
+                f"bench submit: submitting node{k} failed: {one_line(exc)}"
+                + (f" (cancelled the {len(jobs)} job(s) already submitted)" if jobs else "")
+            ) from None
         jobs[k] = job
         plan["sources"][k]["job_id"] = str(job.job_id)
         print(f"node{k}: job {job.job_id}, {len(nc)} cases, log {job.paths.stdout}", flush=True)
     write_plan(run_dir, plan)
-    print(f"waiting for {len(jobs)} job(s); if this process dies, merge later with "
-          f"`python -m bench merge {run_dir}`", flush=True)
+    print(
+        f"waiting for {len(jobs)} job(s); if this process dies, merge later with `python -m bench merge {run_dir}`",
+        flush=True,
+    )
     rcs: dict[int, int] = {}
     interrupted = False
     try:
@@ -140,8 +177,11 @@ def submit(cfg: LoadedConfig, a) -> int:
                 try:
                     res = job.result()
                     rcs[k] = int(res.get("returncode", 1))
-                    print(f"node{k}: {res.get('recorded')} cases recorded on {res.get('host')}, "
-                          f"{len(res.get('missing') or [])} missing, exit {rcs[k]}", flush=True)
+                    print(
+                        f"node{k}: {res.get('recorded')} cases recorded on {res.get('host')}, "
+                        f"{len(res.get('missing') or [])} missing, exit {rcs[k]}",
+                        flush=True,
+                    )
                 except Exception as exc:  # the job failed, timed out or was cancelled: keep what it wrote
                     rcs[k] = 1
                     print(f"node{k}: job {job.job_id} failed: {one_line(exc)}", flush=True)

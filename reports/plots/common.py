@@ -1,4 +1,5 @@
 """Shared pieces of the plots: figures without pyplot state, PNG + CSV writers, colours, panel order."""
+
 from __future__ import annotations
 
 import math
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -49,8 +51,16 @@ def placeholder(path: Path, message: str, title: str | None = None) -> Path:
     ax.set_axis_off()
     if title:
         ax.set_title(title, fontsize=12)
-    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=12, wrap=True,
-            bbox=dict(boxstyle="round", facecolor="#f3f3f3", edgecolor="#999999"))
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        fontsize=12,
+        wrap=True,
+        bbox=dict(boxstyle="round", facecolor="#f3f3f3", edgecolor="#999999"),
+    )
     return save(fig, path)
 
 
@@ -61,8 +71,6 @@ def grid(n: int, max_cols: int = 3) -> tuple[int, int]:
 
 def provider_colors(providers: Sequence[str]) -> dict[str, Any]:
     """A stable colour per provider name (tab10, then tab20 beyond ten)."""
-    from matplotlib import colormaps
-
     names = sorted({str(p) for p in providers if p is not None})
     cmap = colormaps["tab10" if len(names) <= 10 else "tab20"]
     return {p: cmap(i % cmap.N) for i, p in enumerate(names)}
@@ -102,7 +110,11 @@ def ok_cases(cases: pd.DataFrame) -> pd.DataFrame:
 def legend(fig: Figure, handles: dict[str, Any], title: str) -> None:
     fig.suptitle(title, fontsize=11)
     if handles:
-        fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
-                   ncols=min(6, len(handles)), fontsize=8, frameon=False)
-
-
+        fig.legend(
+            list(handles.values()),
+            list(handles.keys()),
+            loc="outside lower center",
+            ncols=min(6, len(handles)),
+            fontsize=8,
+            frameon=False,
+        )

@@ -1,4 +1,5 @@
 """Workload length histograms: one PNG per workload through workloads.plot, and one grid of all."""
+
 from __future__ import annotations
 
 import warnings
@@ -31,8 +32,9 @@ def _draw_lengths(ax: Any, q: np.ndarray, kv: np.ndarray) -> None:
     bins = np.linspace(0, hi + 1, min(60, hi + 2))
     # np.histogram + stairs: same picture as ax.hist, far fewer artists (faster to draw).
     if q.size:
-        ax.stairs(np.histogram(q, bins)[0], bins, fill=True, alpha=0.45, color="#1f77b4",
-                  label=f"Q (mean {q.mean():.0f})")
+        ax.stairs(
+            np.histogram(q, bins)[0], bins, fill=True, alpha=0.45, color="#1f77b4", label=f"Q (mean {q.mean():.0f})"
+        )
     if kv.size:
         ax.stairs(np.histogram(kv, bins)[0], bins, lw=1.5, color="#d62728", label=f"KV (mean {kv.mean():.0f})")
     ax.set_xlabel("length")
@@ -42,7 +44,7 @@ def _draw_lengths(ax: Any, q: np.ndarray, kv: np.ndarray) -> None:
 
 def _length_histogram_fn() -> Callable[..., Any]:
     try:
-        from workloads.plot import plot_length_histogram  # another engineer's module (DESIGN §2)
+        from workloads.plot import plot_length_histogram  # noqa: PLC0415  (a fallback draws when it fails)
     except ImportError as e:
         warnings.warn(f"workloads.plot unavailable ({e}); drawing length histograms locally", PlotWarning, stacklevel=3)
         return fallback_length_histogram
@@ -74,8 +76,11 @@ def plot_length_histograms(workloads: dict, out_dir: str | Path) -> list[Path]:
         try:
             fn(q, kv, path, title)
         except Exception as e:
-            warnings.warn(f"workloads.plot.plot_length_histogram failed for {name}: {e!r}; drawing locally",
-                          PlotWarning, stacklevel=2)
+            warnings.warn(
+                f"workloads.plot.plot_length_histogram failed for {name}: {e!r}; drawing locally",
+                PlotWarning,
+                stacklevel=2,
+            )
             fallback_length_histogram(q, kv, path, title)
         if path.exists():
             written.append(path)
@@ -83,7 +88,7 @@ def plot_length_histograms(workloads: dict, out_dir: str | Path) -> list[Path]:
     fig = figure(4.2 * nc, 2.9 * nr + 0.5)
     axes = fig.subplots(nr, nc, squeeze=False).ravel()
     rows = []
-    for ax, (name, q, kv) in zip(axes, items):
+    for ax, (name, q, kv) in zip(axes, items, strict=False):
         _draw_lengths(ax, q, kv)
         ax.set_title(f"{name}  (B={max(q.size, kv.size)})", fontsize=9)
         ax.legend(fontsize=7)
@@ -91,11 +96,9 @@ def plot_length_histograms(workloads: dict, out_dir: str | Path) -> list[Path]:
         qq = np.concatenate([q, np.full(n - q.size, -1)]) if q.size < n else q
         kk = np.concatenate([kv, np.full(n - kv.size, -1)]) if kv.size < n else kv
         rows.append(pd.DataFrame({"workload": name, "seq": np.arange(n), "q_len": qq, "kv_len": kk}))
-    for ax in axes[len(items):]:
+    for ax in axes[len(items) :]:
         ax.set_axis_off()
     fig.suptitle("workload length distributions (filled: Q lengths, red outline: KV lengths)", fontsize=11)
     save(fig, png)
     lengths = pd.concat(rows, ignore_index=True).replace(-1, pd.NA)
-    return written + [png, write_csv(lengths, csv, LENGTHS_COLUMNS)]
-
-
+    return [*written, png, write_csv(lengths, csv, LENGTHS_COLUMNS)]

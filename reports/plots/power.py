@@ -1,4 +1,5 @@
 """Power and SM clock over the run from power.csv, the cap, and one shaded band per case."""
+
 from __future__ import annotations
 
 import re
@@ -26,16 +27,25 @@ def _downsample(g: pd.DataFrame) -> pd.DataFrame:
         return g.assign(power_w_max=g["power_w"])
     edges = np.linspace(g["time_s"].min(), g["time_s"].max(), MAX_BINS + 1)
     b = np.clip(np.searchsorted(edges, g["time_s"].to_numpy(), side="right") - 1, 0, MAX_BINS - 1)
-    agg = g.assign(_b=b).groupby("_b").agg(
-        time_s=("time_s", "mean"), gpu_index=("gpu_index", "first"), power_w=("power_w", "mean"),
-        power_w_max=("power_w", "max"), sm_clock_mhz=("sm_clock_mhz", "mean"), throttled=("throttled", "any"),
-        case_id=("case_id", "first"),
+    agg = (
+        g.assign(_b=b)
+        .groupby("_b")
+        .agg(
+            time_s=("time_s", "mean"),
+            gpu_index=("gpu_index", "first"),
+            power_w=("power_w", "mean"),
+            power_w_max=("power_w", "max"),
+            sm_clock_mhz=("sm_clock_mhz", "mean"),
+            throttled=("throttled", "any"),
+            case_id=("case_id", "first"),
+        )
     )
     return agg.reset_index(drop=True)
 
 
-def plot_power_timeline(power: pd.DataFrame | None, meta: dict, cases: pd.DataFrame | None,
-                        out_dir: str | Path) -> list[Path]:
+def plot_power_timeline(
+    power: pd.DataFrame | None, meta: dict, cases: pd.DataFrame | None, out_dir: str | Path
+) -> list[Path]:
     """Power and SM clock over time, the cap and enforced limit, one shaded band per case."""
     out_dir = Path(out_dir)
     png = out_dir / "power_timeline.png"
@@ -43,15 +53,25 @@ def plot_power_timeline(power: pd.DataFrame | None, meta: dict, cases: pd.DataFr
     bands_csv = out_dir / "power_timeline_cases.csv"
     if power is None or power.empty or power["power_w"].notna().sum() == 0:
         mon = meta.get("monitor") if isinstance(meta.get("monitor"), dict) else {}
-        reason = mon.get("unavailable_reason") or ("power.csv is missing" if power is None else "power.csv has no samples")
+        reason = mon.get("unavailable_reason") or (
+            "power.csv is missing" if power is None else "power.csv has no samples"
+        )
         placeholder(png, f"no power data: {reason}", "power and SM clock over time")
-        return [png, write_csv(pd.DataFrame(), csv, POWER_PLOT_COLUMNS),
-                write_csv(pd.DataFrame(), bands_csv, BAND_COLUMNS)]
+        return [
+            png,
+            write_csv(pd.DataFrame(), csv, POWER_PLOT_COLUMNS),
+            write_csv(pd.DataFrame(), bands_csv, BAND_COLUMNS),
+        ]
     drawn = pd.concat([_downsample(g) for _, g in power.groupby("gpu_index", sort=True)], ignore_index=True)
     # Case bands: first to last sample of each case on each GPU.
     tagged = power[power["case_id"] != ""]
-    bands = (tagged.groupby(["gpu_index", "case_id"], sort=False)["time_s"].agg(["min", "max"]).reset_index()
-             .rename(columns={"min": "start_s", "max": "end_s"}).sort_values("start_s", kind="stable"))
+    bands = (
+        tagged.groupby(["gpu_index", "case_id"], sort=False)["time_s"]
+        .agg(["min", "max"])
+        .reset_index()
+        .rename(columns={"min": "start_s", "max": "end_s"})
+        .sort_values("start_s", kind="stable")
+    )
     if len(power) > 1:
         dt = float(np.nanmedian(np.diff(power["time_s"].to_numpy()))) if len(power) > 1 else 0.0
         bands["end_s"] = bands["end_s"] + max(dt, 0.0)
@@ -64,7 +84,9 @@ def plot_power_timeline(power: pd.DataFrame | None, meta: dict, cases: pd.DataFr
         bands["labelled"] = [i in pick for i in range(n)]
     else:
         bands["labelled"] = []
-    colors = provider_colors(list(bands["provider"]) + (list(cases["provider"].dropna()) if cases is not None and len(cases) else []))
+    colors = provider_colors(
+        list(bands["provider"]) + (list(cases["provider"].dropna()) if cases is not None and len(cases) else [])
+    )
     gpu_colors = ["#1f4e79", "#b03a2e", "#1e8449", "#7d3c98", "#b9770e", "#2e4053", "#117864", "#943126"]
 
     fig = figure(14, 7.2)
@@ -77,8 +99,9 @@ def plot_power_timeline(power: pd.DataFrame | None, meta: dict, cases: pd.DataFr
         c = gpu_colors[int(gi) % len(gpu_colors)]
         tag = f" (GPU {gi})" if multi else ""
         if (g["power_w_max"] > g["power_w"]).any():
-            ax_p.fill_between(g["time_s"], g["power_w"], g["power_w_max"], color=c, alpha=0.25, lw=0,
-                              label=f"bin max power{tag}")
+            ax_p.fill_between(
+                g["time_s"], g["power_w"], g["power_w_max"], color=c, alpha=0.25, lw=0, label=f"bin max power{tag}"
+            )
         ax_p.plot(g["time_s"], g["power_w"], color=c, lw=0.9, label=f"power W{tag}")
         ax_c.plot(g["time_s"], g["sm_clock_mhz"], color=c, lw=0.9, label=f"SM clock MHz{tag}")
     cap, enforced = meta.get("power_cap_w"), meta.get("enforced_power_limit_w")
@@ -89,16 +112,33 @@ def plot_power_timeline(power: pd.DataFrame | None, meta: dict, cases: pd.DataFr
     thr = drawn[drawn["throttled"]]
     if len(thr):
         lo = float(np.nanmin(drawn["sm_clock_mhz"])) if drawn["sm_clock_mhz"].notna().any() else 0.0
-        ax_c.plot(thr["time_s"], np.full(len(thr), lo), "|", color="red", ms=8,
-                  label="throttle reason set (power cap / thermal / slowdown)")
-    ytop = max(float(np.nanmax(drawn["power_w_max"])),
-               *(v for v in (cap, enforced) if isinstance(v, (int, float)) and not isinstance(v, bool)))
+        ax_c.plot(
+            thr["time_s"],
+            np.full(len(thr), lo),
+            "|",
+            color="red",
+            ms=8,
+            label="throttle reason set (power cap / thermal / slowdown)",
+        )
+    ytop = max(
+        float(np.nanmax(drawn["power_w_max"])),
+        *(v for v in (cap, enforced) if isinstance(v, (int, float)) and not isinstance(v, bool)),
+    )
     # Head room above the trace for the vertical case labels.
     ax_p.set_ylim(0, ytop * 1.55)
     for _, b in bands[bands["labelled"]].iterrows():
         short = b["case_id"].replace("/fill=", "/f=")
-        ax_p.text((b["start_s"] + b["end_s"]) / 2, ytop * 1.53, short, rotation=90, ha="center", va="top",
-                  fontsize=6, color="#333333", clip_on=True)
+        ax_p.text(
+            (b["start_s"] + b["end_s"]) / 2,
+            ytop * 1.53,
+            short,
+            rotation=90,
+            ha="center",
+            va="top",
+            fontsize=6,
+            color="#333333",
+            clip_on=True,
+        )
     ax_p.set_ylabel("power (W)")
     ax_c.set_ylabel("SM clock (MHz)")
     ax_c.set_xlabel("time (s)")
@@ -106,13 +146,16 @@ def plot_power_timeline(power: pd.DataFrame | None, meta: dict, cases: pd.DataFr
         ax.grid(True, alpha=0.3)
     prov_handles = [Patch(color=colors[p], alpha=0.35, label=f"case: {p}") for p in dict.fromkeys(bands["provider"])]
     h1, l1 = ax_p.get_legend_handles_labels()
-    ax_p.legend(h1 + prov_handles, l1 + [h.get_label() for h in prov_handles], fontsize=7,
-                loc="upper left", bbox_to_anchor=(1.005, 1.0))
+    ax_p.legend(
+        h1 + prov_handles,
+        l1 + [h.get_label() for h in prov_handles],
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+    )
     ax_c.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
     note = f"; {n} cases (shaded), {int(bands['labelled'].sum())} labelled" if n else ""
     src = (meta.get("monitor") or {}).get("power_source") if isinstance(meta.get("monitor"), dict) else None
     fig.suptitle(f"power and SM clock over time{f' (source: {src})' if src else ''}{note}", fontsize=11)
     save(fig, png)
     return [png, write_csv(drawn, csv, POWER_PLOT_COLUMNS), write_csv(bands, bands_csv, BAND_COLUMNS)]
-
-

@@ -1,4 +1,5 @@
 """Roofline: arithmetic intensity vs achieved TFLOP/s with the compute and bandwidth roofs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,8 +26,19 @@ MODE_MARKERS = {"fwd": "o", "bwd": "s", "fwd_bwd": "^"}
 
 # ------------------------------------------------------------------------------------------ 4. roofline
 
-ROOFLINE_COLUMNS = ("kind", "name", "id", "provider", "label", "mode", "dtype", "flops", "min_bytes",
-                    "intensity", "tflops")
+ROOFLINE_COLUMNS = (
+    "kind",
+    "name",
+    "id",
+    "provider",
+    "label",
+    "mode",
+    "dtype",
+    "flops",
+    "min_bytes",
+    "intensity",
+    "tflops",
+)
 
 
 def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[Path]:
@@ -63,18 +75,28 @@ def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[
         # The polyline's corners are enough to redraw it.
         corners = [lo, hi] + ([c / b] if have_c and have_b and lo < c / b < hi else [])
         for x in sorted(corners):
-            rows.append(dict(kind="roof", name=name, intensity=x,
-                             tflops=min(c if have_c else np.inf, b * x if have_b else np.inf)))
+            rows.append(
+                dict(
+                    kind="roof",
+                    name=name,
+                    intensity=x,
+                    tflops=min(c if have_c else np.inf, b * x if have_b else np.inf),
+                )
+            )
 
     measured = (meas_c == meas_c and meas_c > 0) or (meas_b == meas_b and meas_b > 0)
     c_src = "measured GEMM" if meas_c == meas_c and meas_c > 0 else "datasheet"
     b_src = "measured copy" if meas_b == meas_b and meas_b > 0 else "datasheet"
-    name = (f"roof: {fmt_num(compute)} TFLOP/s ({c_src})" if compute == compute else "roof: compute unknown") + \
-           (f", {bw:g} TB/s ({b_src})" if bw == bw else ", bandwidth unknown")
+    name = (f"roof: {fmt_num(compute)} TFLOP/s ({c_src})" if compute == compute else "roof: compute unknown") + (
+        f", {bw:g} TB/s ({b_src})" if bw == bw else ", bandwidth unknown"
+    )
     roof(compute, bw, name, color="black", lw=1.8, label=name)
     if measured and (sheet_c == sheet_c or sheet_b == sheet_b):
-        sname = f"datasheet roof: {fmt_num(sheet_c) if sheet_c == sheet_c else '?'} TFLOP/s, " \
-                f"{sheet_b:g} TB/s" if sheet_b == sheet_b else f"datasheet roof: {fmt_num(sheet_c)} TFLOP/s"
+        sname = (
+            f"datasheet roof: {fmt_num(sheet_c) if sheet_c == sheet_c else '?'} TFLOP/s, {sheet_b:g} TB/s"
+            if sheet_b == sheet_b
+            else f"datasheet roof: {fmt_num(sheet_c)} TFLOP/s"
+        )
         roof(sheet_c, sheet_b, sname, color="gray", lw=1.2, ls=":", label=sname)
     colors = provider_colors(cases["provider"].dropna())
     for prov in provider_order(pts):
@@ -82,27 +104,62 @@ def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[
         soft = (s["semantics"] == "softmax").any()
         label = provider_label(prov, "softmax" if soft else "gdpa")
         for mode, sm in s.groupby("mode", sort=False):
-            ax.scatter(sm["intensity"], sm["tflops"], s=36, marker=MODE_MARKERS.get(mode, "D"),
-                       facecolors="none" if soft else colors.get(prov), edgecolors=colors.get(prov), linewidths=1.3)
+            ax.scatter(
+                sm["intensity"],
+                sm["tflops"],
+                s=36,
+                marker=MODE_MARKERS.get(mode, "D"),
+                facecolors="none" if soft else colors.get(prov),
+                edgecolors=colors.get(prov),
+                linewidths=1.3,
+            )
         for _, r in s.iterrows():
-            rows.append(dict(kind="case", name=label, id=r["id"], provider=prov, label=label, mode=r["mode"],
-                             dtype=r["dtype"], flops=r["flops"], min_bytes=r["min_bytes"],
-                             intensity=r["intensity"], tflops=r["tflops"]))
+            rows.append(
+                dict(
+                    kind="case",
+                    name=label,
+                    id=r["id"],
+                    provider=prov,
+                    label=label,
+                    mode=r["mode"],
+                    dtype=r["dtype"],
+                    flops=r["flops"],
+                    min_bytes=r["min_bytes"],
+                    intensity=r["intensity"],
+                    tflops=r["tflops"],
+                )
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of compulsory HBM traffic)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="both", alpha=0.25)
-    prov_h = [Line2D([], [], ls="", marker="o", color=colors.get(p),
-                     markerfacecolor="none" if (pts.loc[pts["provider"] == p, "semantics"] == "softmax").any() else colors.get(p),
-                     label=provider_label(p, pts.loc[pts["provider"] == p, "semantics"].iloc[0])) for p in provider_order(pts)]
-    mode_h = [Line2D([], [], ls="", marker=MODE_MARKERS[m], color="gray", label=m) for m in MODES if m in set(pts["mode"])]
-    h, l = ax.get_legend_handles_labels()
-    ax.legend(h + prov_h + mode_h, l + [x.get_label() for x in prov_h + mode_h], fontsize=8,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    prov_h = [
+        Line2D(
+            [],
+            [],
+            ls="",
+            marker="o",
+            color=colors.get(p),
+            markerfacecolor="none"
+            if (pts.loc[pts["provider"] == p, "semantics"] == "softmax").any()
+            else colors.get(p),
+            label=provider_label(p, pts.loc[pts["provider"] == p, "semantics"].iloc[0]),
+        )
+        for p in provider_order(pts)
+    ]
+    mode_h = [
+        Line2D([], [], ls="", marker=MODE_MARKERS[m], color="gray", label=m) for m in MODES if m in set(pts["mode"])
+    ]
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(
+        handles + prov_h + mode_h,
+        labels + [x.get_label() for x in prov_h + mode_h],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
     ax.set_title(f"roofline ({dtype or 'dtype unknown'}; hollow markers: softmax providers)", fontsize=11)
     save(fig, png)
     return [png, write_csv(pd.DataFrame(rows), csv, ROOFLINE_COLUMNS)]
-
-
