@@ -11,9 +11,12 @@ as "nothing slower" would pass anything. Cases are matched by id. For each case 
 - change = (median_cur − median_base) / median_base, medians of the raw samples (`times_ms`; the
   recorded `median_ms` when a file kept no samples);
 - p = two-sided Mann-Whitney U test of the two sample sets (scipy.stats.mannwhitneyu);
-- when both runs recorded `power.sm_clock_mhz_median`, the clock-normalised change: the current time
+- when both runs have an SM clock for the case, the clock-normalised change: the current time
   scaled by clock_cur / clock_base (time × clock ∝ cycles), so a slowdown that only comes from a lower
-  clock (power cap, thermals) shows up as ≈ 0 there;
+  clock (power cap, thermals) shows up as ≈ 0 there. The clock is the case's
+  `power.sm_clock_mhz_median` (the energy loop's), else the median `sm_clock_mhz` of the run's
+  power.csv samples tagged with the case id (the monitor samples every case, energy loop or not:
+  configs/ci.yaml runs with the loop off);
 - drift of each run = (median of the last tenth of its samples − median of the first tenth) / median
   of the first tenth, in measurement order (computed from 20 samples up: a tenth of fewer is one
   sample), and its p-value (Mann-Whitney, first tenth vs last tenth). The Mann-Whitney test of the
@@ -58,11 +61,9 @@ from typing import Any
 
 import numpy as np
 
-from reports.metrics import ResultsError, read_results
+from reports.results import STATUSES, ResultsError, read_power, read_results
 
 VERDICTS = ("failed", "missing", "slower", "drifting", "ambiguous", "faster", "new", "same")
-# the runner's case statuses (the results contract, docs/DESIGN.md §6)
-STATUSES = ("ok", "incorrect", "failed", "skipped")
 PROG = "python -m bench compare"
 # fewest samples for a drift figure: a tenth of them is then at least two samples
 MIN_DRIFT_SAMPLES = 20
@@ -158,9 +159,22 @@ def _median(case: dict, samples: np.ndarray) -> float:
     return float(m) if m is not None else math.nan
 
 
-def _clock(case: dict) -> float:
+def _clock(case: dict, timeline: dict[str, float]) -> tuple[float, str | None]:
+    """(SM clock in MHz, where it came from) of a case; NaN when neither source has one."""
     v = (case.get("power") or {}).get("sm_clock_mhz_median")
-    return float(v) if v is not None else math.nan
+    if v is not None:
+        return float(v), "power"
+    v = timeline.get(case["id"])
+    return (float(v), "power.csv") if v is not None else (math.nan, None)
+
+
+def timeline_clocks(path) -> dict[str, float]:
+    """Median `sm_clock_mhz` per case id over a run's power.csv samples ({} without a usable file)."""
+    df = read_power(path)
+    if df is None or df.empty:
+        return {}
+    df = df[(df["case_id"] != "") & df["sm_clock_mhz"].notna() & (df["sm_clock_mhz"] > 0)]
+    return {str(k): float(v) for k, v in df.groupby("case_id")["sm_clock_mhz"].median().items()}
 
 
 def drift(samples) -> tuple[float | None, float | None]:
@@ -184,7 +198,7 @@ def _row(cid: str, verdict: str, message: str, **kw: Any) -> dict:
                base_status=None, cur_status=None, base_median_ms=None, cur_median_ms=None, change=None,
                p_value=None, n_base=0, n_cur=0, base_drift=None, cur_drift=None, base_drift_p=None,
                cur_drift_p=None, base_clock_mhz=None,
-               cur_clock_mhz=None, clock_norm_change=None, message=message)
+               cur_clock_mhz=None, clock_norm_change=None, clock_source=None, message=message)
     row.update(kw)
     return row
 
@@ -194,8 +208,10 @@ def _nan_to_none(x: float) -> float | None:
 
 
 def compare_case(cid: str, b: dict | None, c: dict | None, threshold: float, alpha: float,
-                 min_samples: int, drift_threshold: float = 0.03) -> dict:
-    """The verdict for one case id (see the module docstring); cases already passed `check_results`."""
+                 min_samples: int, drift_threshold: float = 0.03, base_timeline: dict | None = None,
+                 cur_timeline: dict | None = None) -> dict:
+    """The verdict for one case id (see the module docstring); cases already passed `check_results`.
+    `*_timeline`: per-case SM clocks from each run's power.csv (`timeline_clocks`)."""
     if c is None:
         return _row(cid, "missing", "in the baseline, not in the current run", base_status=b.get("status"))
     if b is None:
@@ -219,9 +235,10 @@ def compare_case(cid: str, b: dict | None, c: dict | None, threshold: float, alp
                               base_drift_p=db_p, cur_drift_p=dc_p)
     change = (mc - mb) / mb
     kw["change"] = change
-    clk_b, clk_c = _clock(b), _clock(c)
+    (clk_b, src_b), (clk_c, src_c) = _clock(b, base_timeline or {}), _clock(c, cur_timeline or {})
     if clk_b == clk_b and clk_c == clk_c:
-        kw.update(base_clock_mhz=clk_b, cur_clock_mhz=clk_c, clock_norm_change=(mc * clk_c / clk_b - mb) / mb)
+        kw.update(base_clock_mhz=clk_b, cur_clock_mhz=clk_c, clock_norm_change=(mc * clk_c / clk_b - mb) / mb,
+                  clock_source=src_b if src_b == src_c else f"{src_b} / {src_c}")
     verdict, msg = _wall_verdict(change, sb, sc, threshold, alpha, min_samples, kw)
     cn = kw.get("clock_norm_change")
     if verdict == "slower" and cn is not None and abs(cn) <= threshold:
@@ -272,19 +289,23 @@ def _wall_verdict(change: float, sb: np.ndarray, sc: np.ndarray, threshold: floa
 
 
 def compare_runs(base: dict | list, cur: dict | list, threshold: float = 0.05, alpha: float = 0.01,
-                 min_samples: int = 5, drift_threshold: float = 0.03, allow_missing: bool = False) -> list[dict]:
+                 min_samples: int = 5, drift_threshold: float = 0.03, allow_missing: bool = False,
+                 base_timeline: dict | None = None, cur_timeline: dict | None = None) -> list[dict]:
     """One row per case id in either run (baseline order first, then new ids): id, verdict, wall_verdict,
     fails_gate, base/cur status and median, change (fraction), p_value, n_base, n_cur, base/cur drift,
-    clocks, clock_norm_change, message. `base` and `cur` are results dicts (or lists of case dicts);
-    both are checked first (`check_results`, raising `ResultsError`)."""
+    clocks and their source, clock_norm_change, message. `base` and `cur` are results dicts (or lists of
+    case dicts); both are checked first (`check_results`, raising `ResultsError`). `*_timeline`: per-case
+    SM clocks from each run's power.csv (`timeline_clocks`), used where a case has no power summary."""
     bc, cc = check_results(base, "baseline"), check_results(cur, "current")
-    return _compare(bc, cc, threshold, alpha, min_samples, drift_threshold, allow_missing)
+    return _compare(bc, cc, threshold, alpha, min_samples, drift_threshold, allow_missing, base_timeline,
+                    cur_timeline)
 
 
 def _compare(bc: dict, cc: dict, threshold: float, alpha: float, min_samples: int, drift_threshold: float,
-             allow_missing: bool) -> list[dict]:
+             allow_missing: bool, base_timeline: dict | None = None, cur_timeline: dict | None = None) -> list[dict]:
     ids = list(bc) + [i for i in cc if i not in bc]
-    rows = [compare_case(i, bc.get(i), cc.get(i), threshold, alpha, min_samples, drift_threshold) for i in ids]
+    rows = [compare_case(i, bc.get(i), cc.get(i), threshold, alpha, min_samples, drift_threshold, base_timeline,
+                         cur_timeline) for i in ids]
     if allow_missing:
         for r in rows:
             if r["verdict"] == "missing":
@@ -444,7 +465,8 @@ def compare_main(argv: list[str] | None = None) -> int:
     if not set(bc) & set(cc):
         return _bad(f"no common case ids between {args.baseline} ({len(bc)} cases) and {args.current} "
                     f"({len(cc)} cases)")
-    rows = _compare(bc, cc, args.threshold, args.alpha, args.min_samples, args.drift_threshold, args.allow_missing)
+    rows = _compare(bc, cc, args.threshold, args.alpha, args.min_samples, args.drift_threshold, args.allow_missing,
+                    timeline_clocks(args.baseline), timeline_clocks(args.current))
     tail = summary_lines(rows)
     if args.format == "json":
         doc = {"baseline": args.baseline, "current": args.current, "threshold": args.threshold, "alpha": args.alpha,

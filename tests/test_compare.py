@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,35 @@ def test_clock_normalised_change(tmp_path):
     no_clock = [case("gdpa_triton", noisy(1.0, seed=50), clock=None)]
     (r2,) = compare_runs(synth.make_results(no_clock), synth.make_results(cur))
     assert r2["clock_norm_change"] is None
+
+
+def _power_csv(folder: Path, case_id: str, clock: float, n: int = 30) -> None:
+    rows = ["time_s,gpu_index,power_w,sm_clock_mhz,mem_clock_mhz,temperature_c,reasons,case_id"]
+    rows += [f"{i * 0.01:.2f},0,650,{clock + (i % 3) - 1:.0f},3201,60,," for i in range(5)]  # untagged: ignored
+    rows += [f"{0.05 + i * 0.01:.2f},0,690,{clock + (i % 3) - 1:.0f},3201,60,sw_power_cap,{case_id}" for i in range(n)]
+    (folder / "power.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_clock_from_the_power_timeline_when_the_energy_loop_is_off(tmp_path, capsys):
+    # configs/ci.yaml: monitor on, energy loop 0 -> cases carry no power summary, power.csv has the clocks
+    base = [case("gdpa_triton", noisy(1.0, seed=50, rel=0.01), clock=None)]
+    cur = [case("gdpa_triton", [x * 1.32 for x in noisy(1.0, seed=50, rel=0.01)], clock=None)]
+    for c in base + cur:
+        c["power"] = None
+    for name, cases, clock in (("b", base, 1980.0), ("c", cur, 1500.0)):
+        (tmp_path / name).mkdir()
+        write(tmp_path / name, "results.json", cases)
+        _power_csv(tmp_path / name, GOOD_ID, clock)
+    rc, out, _ = run(capsys, tmp_path / "b", tmp_path / "c", "--format", "json")
+    (r,) = json.loads(out)["cases"]
+    assert rc == 1 and r["verdict"] == "slower" and r["clock_source"] == "power.csv"
+    assert (r["base_clock_mhz"], r["cur_clock_mhz"]) == (1980.0, 1500.0)
+    assert r["clock_norm_change"] == pytest.approx(1.32 * 1500 / 1980 - 1, abs=1e-5)
+    assert "1980→1500" in r["message"]
+    # without a power.csv on one side there is no clock to normalise by
+    (tmp_path / "c" / "power.csv").unlink()
+    rc, out, _ = run(capsys, tmp_path / "b", tmp_path / "c", "--format", "json")
+    assert json.loads(out)["cases"][0]["clock_norm_change"] is None
 
 
 def test_few_samples_and_subthreshold_drift_are_ambiguous():
@@ -370,3 +400,79 @@ def test_bad_options_one_line(tmp_path, capsys, opt):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("python -m bench compare: error:")
     assert opt[0] in lines[0]
+
+
+# ------------------------------------------------------------------------- the CPU gate end to end (issue 19)
+
+# A provider module that replaces naive_eager (same name, registered after the built-ins through
+# GDPA_BENCH_PROVIDERS) by itself plus a 50 ms stall per forward call: the regression to catch.
+SLOWED_NAIVE = """
+import time
+
+from kernels.naive import NaiveEager
+from kernels.registry import register
+
+
+@register
+class SlowedNaiveEager(NaiveEager):
+    def forward(self, batch, spec):
+        time.sleep(0.05)
+        return super().forward(batch, spec)
+"""
+# configs/ci-cpu.yaml explains it: on a shared CPU runner identical runs differed by up to 4.9x on a
+# case; the stall makes the slowed cases 50-200x slower.
+CPU_GATE_THRESHOLD = "9"
+
+
+def test_cpu_gate_runs_the_statistics_and_catches_a_slowed_provider(tmp_path, capsys):
+    (tmp_path / "slowed_naive.py").write_text(SLOWED_NAIVE)
+    env = dict(os.environ, OMP_NUM_THREADS="1",  # no OpenMP spin-waits fighting other processes
+               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    slowed_env = dict(env, GDPA_BENCH_PROVIDERS="slowed_naive",
+                      PYTHONPATH=f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}")
+    cfg = str(ROOT / "configs" / "ci-cpu.yaml")
+    runs = {"a": ([], env), "b": ([], env),
+            # the stall slows the forward; the bwd mode replays a backward graph and is not slowed
+            "slow": (["--only", "/fwd/.*naive_eager$"], slowed_env)}
+    # side by side: the three runs see the same load on the machine at the same time
+    # --no-report: the report (plots) would double each run's time and is not what is tested here
+    procs = {k: subprocess.Popen([sys.executable, "-m", "bench", "run", cfg, "--out", str(tmp_path / k),
+                                  "--no-progress", "--no-report", *extra], cwd=tmp_path, env=e,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for k, (extra, e) in runs.items()}
+    for k, p in procs.items():
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, (k, out[-2000:])
+
+    def gate(cur, *extra):
+        rc, out, err = run(capsys, tmp_path / "a", tmp_path / cur, "--format", "json", "--threshold",
+                           CPU_GATE_THRESHOLD, *extra)
+        assert rc in (0, 1), err
+        return rc, json.loads(out)
+
+    rc, doc = gate("b")
+    assert len(doc["cases"]) == 30
+    assert rc == 0 and doc["regressions"] == [], doc["regressions"]
+    assert all(doc["counts"][v] == 0 for v in ("slower", "failed", "missing", "new"))
+    for r in doc["cases"]:  # the statistics ran on every case: no verdict for lack of samples
+        assert r["n_base"] >= 5 and r["n_cur"] >= 5 and r["p_value"] is not None, r
+        assert "too few samples" not in r["message"]
+
+    rc, doc = gate("slow", "--allow-missing")
+    slowed = {r["id"]: r for r in doc["cases"] if r["verdict"] != "missing"}
+    assert len(slowed) == 5 and all(i.split("/")[1] == "fwd" and i.endswith("/naive_eager") for i in slowed)
+    assert rc == 1 and sorted(doc["regressions"]) == sorted(slowed)
+    for r in slowed.values():
+        assert r["wall_verdict"] == "slower" and r["p_value"] < 0.01 and r["change"] > 5, r
+    rc, doc = gate("slow")  # the 25 cases the slowed run left out fail the gate without --allow-missing
+    assert rc == 1 and doc["counts"]["missing"] == 25 and len(doc["regressions"]) == 30
+
+
+def test_gate_configs_time_long_enough_and_record_clocks():
+    from bench.config import load_config
+
+    gpu = load_config(ROOT / "configs" / "ci.yaml").model
+    assert gpu.timing.rep_ms >= 300 and gpu.timing.min_reps >= 5  # 100 ms windows disagreed by up to 7.4%
+    assert gpu.power.enabled and gpu.power.period_ms <= 20  # power.csv carries each case's SM clock
+    cpu = load_config(ROOT / "configs" / "ci-cpu.yaml").model
+    assert cpu.device == "cpu" and cpu.timing.min_reps >= 5 and cpu.timing.rep_ms / 80 >= 5
