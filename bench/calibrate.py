@@ -1,8 +1,8 @@
 """Calibration: the measured GEMM ceiling (and its power) and the device copy bandwidth.
 
-DESIGN §5 reports utilization against both the datasheet peak and a GEMM measured in the same run,
-because the datasheet peak is not reachable under a binding power cap (H200, 700 W: 8192³ bf16 runs
-~700 TFLOP/s fresh and ~670 sustained, with the SM clock dropping under sw_power_cap).
+Utilization is reported against both the datasheet peak and a GEMM measured in the same run, because
+the datasheet peak is not reachable under a binding power cap (docs/DESIGN.md §5; the measured H200
+figures are in §8).
 
 - ``tflops_fresh``: median of single timed GEMMs (CUDA events), each on an otherwise idle queue, after
   warm-up: what a short kernel sees before the power cap bites.
@@ -67,8 +67,7 @@ def calibrate_gemm(
 
     Operands are random normal (zeros would let the hardware save power and flatter the numbers).
     The GPU idles ``settle_s`` first: right after sustained load the power controller still holds the
-    clocks down (H200, measured: fresh 620 TFLOP/s straight after a 1 s GEMM loop, 765 after 2 s idle,
-    while sustained stays ~667), so "fresh" would otherwise read below "sustained".
+    clocks down, so "fresh" would otherwise read below "sustained" (docs/DESIGN.md §8 has the figures).
     Returns {"n", "dtype", "settle_s", "flops_per_call", "tflops_fresh" (median), "fresh_ms" (every timed sample),
     "tflops_sustained", "sustained_calls", "sustained_seconds", "power": measure dict or None}.
     ``power`` is None without a monitor, or when it is unavailable (see ``monitor.info()``).

@@ -1,4 +1,4 @@
-"""Datasheet facts per GPU (DESIGN §8): leads only; every run also measures its own GEMM ceiling."""
+"""Datasheet facts per GPU (docs/DESIGN.md §8): leads only; every run also measures its own GEMM ceiling."""
 
 from __future__ import annotations
 

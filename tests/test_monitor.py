@@ -623,7 +623,7 @@ def test_measure_energy_arithmetic_with_injected_clock():
         "sm_clock_mhz_median",
         "reasons",
     ):
-        assert key in r  # the DESIGN §6 power dict
+        assert key in r  # the power dict of docs/DESIGN.md §6
     assert not mon.running  # measure started the sampler and stopped it
     window = [s for s in mon.samples() if s["case_id"] == "c1"]
     assert len(window) >= r["n_samples"]

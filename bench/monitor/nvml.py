@@ -148,7 +148,7 @@ class NvmlDevice:
         if instant_problem is None:
             self.power_source = "instant"
             self.power_source_note = (
-                "NVML_FI_DEV_POWER_INSTANT field (instantaneous power; refreshed about every 100 ms on an H200)"
+                "NVML_FI_DEV_POWER_INSTANT field (instantaneous power; the driver refreshes it about every 100 ms)"
             )
             return True
         try:
