@@ -2,7 +2,10 @@
 
 Public entry points (imported lazily so that `compare` does not pay for Matplotlib):
 
-- `load_run(path, baseline=None) -> (meta, cases, workloads)` and `ResultsError` (reports.metrics)
+- `load_run(path, baseline=None) -> (meta, cases, workloads)`: a run folder (or its results.json) as
+  the run's meta, one DataFrame row per case with the derived metrics, and the workloads (reports.metrics)
+- `read_results(path) -> dict`, `read_power(path) -> DataFrame`, `ResultsError`: the files themselves
+  (reports.results, the results contract: docs/DESIGN.md §6)
 - `make_all_plots(run_dir, meta, cases, workloads, baseline=None) -> list[Path]` (reports.plots)
 - `render_report(run_dir, baseline=None) -> {"md", "html", "plots"}` (reports.render)
 - `compare_main(argv=None) -> int`, `compare_runs(base, cur, threshold, alpha, min_samples)` (reports.compare)
@@ -15,8 +18,9 @@ from typing import Any
 
 _EXPORTS = {
     "load_run": "reports.metrics",
-    "ResultsError": "reports.metrics",
-    "read_results": "reports.metrics",
+    "ResultsError": "reports.results",
+    "read_results": "reports.results",
+    "read_power": "reports.results",
     "make_all_plots": "reports.plots",
     "render_report": "reports.render",
     "compare_main": "reports.compare",

@@ -365,3 +365,32 @@ def test_case_lines_print_cpu_rates_with_significant_digits():
     assert format_rate(612.345) == "612.3 TFLOP/s" and format_rate(None) == "—"
     rec = {"id": "a/fwd/L=8/p", "status": "ok", "tflops": 1.5e-6, "median_ms": 12.0, "power": None}
     assert case_line(rec) == "  a/fwd/L=8/p: 0.0015 GFLOP/s (12 ms)"
+
+
+def test_python_api_runs_a_config_path_or_dict_and_returns_the_cases(tmp_path):
+    import yaml
+
+    import bench
+    from bench.config import ConfigError
+
+    only = r"^tiny/(fwd|bwd)/L=24/fill=1\.0/(naive_eager|reference)$"
+    df = bench.run(ROOT / "configs" / "smoke.yaml", only=only, out=tmp_path / "a", device="cpu")
+    assert list(df["id"]) == [
+        "tiny/fwd/L=24/fill=1.0/naive_eager",
+        "tiny/fwd/L=24/fill=1.0/reference",
+        "tiny/bwd/L=24/fill=1.0/naive_eager",
+        "tiny/bwd/L=24/fill=1.0/reference",
+    ]
+    assert (df["status"] == "ok").all() and (df["tflops"] > 0).all() and (df["median_ms"] > 0).all()
+    for col in ("provider", "mode", "flops", "util_peak", "speedup", "correctness.rel_err", "workload.total_q"):
+        assert col in df.columns, col
+    assert df.attrs["run_dir"] == str(tmp_path / "a") and (tmp_path / "a" / "results.parquet").exists()
+    data = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    dfd = bench.run(data, only=only, providers="naive_eager", out=tmp_path / "b")
+    assert list(dfd["id"]) == [i for i in df["id"] if i.endswith("naive_eager")]
+    assert results(tmp_path / "b")["meta"]["config"] == "<config dict>"
+    data["sets"][0]["activation"] = "swish"
+    with pytest.raises(ConfigError) as exc:
+        bench.run(data, out=tmp_path / "c")
+    assert str(exc.value).startswith("<config dict>: sets.tiny.activation: unknown activation 'swish'; allowed:")
+    assert not (tmp_path / "c").exists()
