@@ -1,0 +1,128 @@
+"""GDPA on Hopper (sm90): FlashAttention-4's warp-specialized CuTe-DSL kernels with the GDPA pointwise.
+
+The backend kernels/gdpa/dispatch.py calls beside the Triton kernels. Forward: FA4's
+`FlashAttentionForwardSm90` with its softmax replaced by act(alpha*s) (fwd.py); backward: FA4's
+`FlashAttentionBackwardSm90` with its per-query-block pointwise replaced (bwd.py); activations written once
+for device and CPU checks (activations.py); configuration, compile cache and launches (launch.py).
+Design, measurements and what limits each gap: NOTES.md beside this file.
+
+Importing this package is cheap and works anywhere: flash-attn-4 (and its CuTe DSL) is imported on the
+first call of `unavailable()`, `forward()` or `backward()`, never at import.
+
+Contract (kernels/gdpa/dispatch.py):
+    unavailable(device) -> str | None                    why this backend cannot run on `device`
+    unsupported(q, k, v, activation, causal) -> str | None   host-only: shapes, dtypes, activation
+    forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None)
+    backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
+             record=None) -> (dq, dk, dv)
+q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]`, int32 offsets `[B+1]` on the device; no call reads device memory back.
+Causal follows HSTU (key j kept for query i >= j): the kernels apply it per sequence from the top-left
+corner, which is FA4's (bottom-right) causal mask only where Lq == Lk — self-attention, q_offsets ==
+kv_offsets. `unsupported` refuses a causal call whose q and k row totals differ; with equal totals it
+cannot see unequal per-sequence lengths without reading the offsets (a host sync), so that case is the
+caller's contract (the harness's correctness gate would flag it).
+"""
+from __future__ import annotations
+
+import torch
+
+INSTALL_HINT = "pip install -e '.[fa4]'"
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# every name in kernels.activations.ACTIVATION_NAMES; kept literal so that this import stays cheap
+SUPPORTED_ACTIVATIONS = ("raw", "relu", "relu_square", "leaky_relu", "gelu", "gelu_tanh", "fast_gelu", "silu",
+                         "fast_silu", "hardswish")
+SM100_REASON = ("sm100 (Blackwell) not supported yet: the GDPA pointwise is written for FA4's sm90 kernels "
+                "(FA4's sm100 kernels need the same port; kernels/gdpa/hopper/NOTES.md)")
+
+_PACKAGE_REASON: list = []  # [reason or None] once flash-attn-4's import was tried
+_DEVICE_REASON: dict = {}
+
+
+def _package_reason() -> str | None:
+    if not _PACKAGE_REASON:
+        try:
+            import cutlass.cute  # noqa: F401 (lazy on purpose)
+            import flash_attn.cute.flash_bwd_sm90
+            import flash_attn.cute.flash_fwd_sm90  # noqa: F401
+            reason = None
+        except ImportError as exc:
+            missing = (getattr(exc, "name", None) or "").split(".")[0]
+            reason = (f"flash-attn-4 not installed ({INSTALL_HINT})" if missing in ("flash_attn", "cutlass", "")
+                      else f"flash-attn-4 is installed but {missing} is missing: {exc} ({INSTALL_HINT})")
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            reason = f"flash-attn-4 failed to import: {type(exc).__name__}: {first}"
+        _PACKAGE_REASON.append(reason)
+    return _PACKAGE_REASON[0]
+
+
+def unavailable(device) -> str | None:
+    """None where the Hopper kernels can run on `device`, else why not (cached per device)."""
+    device = torch.device(device)
+    if device not in _DEVICE_REASON:
+        _DEVICE_REASON[device] = _package_reason() or _device_reason(device)
+    return _DEVICE_REASON[device]
+
+
+def _device_reason(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return f"runs on CUDA devices only, not {device.type}"
+    if not torch.cuda.is_available():
+        return "CUDA not available"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major in (10, 11):
+        return SM100_REASON
+    if (major, minor) != (9, 0):
+        return f"needs an sm90 (Hopper) GPU; found {torch.cuda.get_device_name(device)} sm_{major}{minor}"
+    return None
+
+
+def unsupported(q, k, v, activation: str, causal: bool) -> str | None:
+    """None where these arguments are supported (host-only checks: no device memory is read)."""
+    if q.dtype not in SUPPORTED_DTYPES:
+        return f"dtype {str(q.dtype).replace('torch.', '')} not supported; allowed: float16, bfloat16"
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return "q, k and v must share one dtype"
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        return "q, k, v must be [rows, heads, head_dim]"
+    if q.shape[2] not in SUPPORTED_HEAD_DIMS:
+        return f"head dim {q.shape[2]} not supported; allowed: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}"
+    if k.shape[2] != q.shape[2] or v.shape[2] != q.shape[2]:
+        return "q, k and v must share one head dim"
+    if k.shape[1] != v.shape[1] or k.shape[0] != v.shape[0]:
+        return "k and v must have the same shape"
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        return f"query heads {q.shape[1]} not a multiple of key/value heads {k.shape[1]}"
+    if activation not in SUPPORTED_ACTIVATIONS:
+        return f"activation {activation!r} not supported; allowed: {', '.join(SUPPORTED_ACTIVATIONS)}"
+    if causal and q.shape[0] != k.shape[0]:
+        return ("causal needs self-attention lengths (Lq == Lk per sequence); q and k row totals differ "
+                f"({q.shape[0]} vs {k.shape[0]})")
+    return None
+
+
+def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
+    """out [ΣLq, H, D] like q: qk_scale * act(alpha * Q K^T) V per sequence."""
+    from kernels.gdpa.hopper import launch
+    return launch.forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
+                          record=record)
+
+
+def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
+             record=None):
+    """(dq, dk, dv) like (q, k, v)."""
+    from kernels.gdpa.hopper import launch
+    return launch.backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale,
+                           causal, record=record)
+
+
+__all__ = [
+    "SUPPORTED_ACTIVATIONS",
+    "SUPPORTED_DTYPES",
+    "SUPPORTED_HEAD_DIMS",
+    "backward",
+    "forward",
+    "unavailable",
+    "unsupported",
+]

@@ -1,0 +1,390 @@
+"""Launching the Hopper GDPA kernels: configuration, our own compile cache, tensor plumbing.
+
+Kernels are compiled once per key (everything that changes the generated code: pass, dtype, head dim,
+activation, causal, GQA ratio, tiles, scheduler hint) against symbolic ("fake") CuTe tensors, so one
+compiled kernel serves every batch shape, and compiling needs no GPU (CUTE_DSL_ARCH=sm_90a cross-compiles).
+The cache is ours: FA4's `_flash_attn_fwd/_bwd.compile_cache` are never read or written, so the `fa4`
+softmax baseline compiles and runs exactly as it would without this package.
+
+No call path reads device memory back: lengths, alpha and qk_scale reach the kernels as device tensors or
+launch arguments (alpha is a float argument; qk_scale a small fp32 tensor), never through a host sync.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import cutlass
+import cutlass.cute as cute
+import torch
+from cutlass import Float32, Int32
+from flash_attn.cute.cu_blocks_kernel import CuSeqlensToBlocksKernel
+from flash_attn.cute.flash_bwd_postprocess import FlashAttentionBackwardPostprocess
+from flash_attn.cute.interface import BwdConfig, _tile_size_bwd_sm90
+from flash_attn.cute.utils import AuxData
+from quack.compile_utils import make_fake_tensor
+
+from kernels.gdpa.hopper import activations
+from kernels.gdpa.hopper.bwd import GDPABackwardSm90
+from kernels.gdpa.hopper.device_ops import DEVICE_OPS
+from kernels.gdpa.hopper.fwd import GDPAForwardSm90, scores_object
+
+TORCH_TO_CUTE = {torch.float16: cutlass.Float16, torch.bfloat16: cutlass.BFloat16}
+# outputs are allocated through this name so tests can poison them (an element the kernels miss then shows)
+_empty_like = torch.empty_like
+# FA4's varlen scheduler decodes a tile's batch by a warp scan over all sequences unless given the
+# cumulative tile counts; FA4 passes them above this batch size (interface.BIN_BATCH_SEARCH_THRESH)
+SCHEDULER_HINT_MIN_BATCH = 256
+
+
+@dataclass(frozen=True)
+class ForwardConfig:
+    tile_m: int
+    tile_n: int
+    pack_gqa: bool
+    scheduler_hint: bool  # cumulative m-block counts handed to FA4's varlen scheduler
+
+
+def forward_config(head_dim: int, groups: int, batch: int) -> ForwardConfig:
+    # FA4's sm90 choice (_tile_size_fwd_sm90): 192x128 for head dim 64, 128x128 for 128; P from registers
+    tile_m = 192 if head_dim <= 64 else 128
+    return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# compile cache
+# ----------------------------------------------------------------------------------------------------------
+_COMPILED: dict = {}
+_COMPILE_LOCK = threading.Lock()
+COMPILE_SECONDS: dict = {}  # key -> seconds spent compiling (or loading) it, reported in `record`
+_KERNEL_DIR: list = []  # [Path] once use_kernel_dir() was called
+
+
+def use_kernel_dir(path) -> None:
+    """Keep compiled kernels as object files in `path`: each kernel is loaded from there when present
+    and exported there after compiling. Kernels compile without a GPU (CUTE_DSL_ARCH=sm_90a), so a
+    directory filled on any machine with the same flash-attn-4 / nvidia-cutlass-dsl (and libs-cu13) versions
+    and this package's sources serves a GPU machine without compiling there."""
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    _KERNEL_DIR[:] = [directory]
+
+
+@functools.cache
+def _source_fingerprint() -> str:
+    """What a stored kernel depends on besides its key: our sources and the versions we build on."""
+    import flash_attn
+    digest = hashlib.sha256(f"cutlass={cutlass.__version__} fa4={getattr(flash_attn, '__version__', '?')}".encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + source.read_bytes())
+    return digest.hexdigest()
+
+
+def _stored_path(key) -> Path | None:
+    if not _KERNEL_DIR:
+        return None
+    name = hashlib.sha256((_source_fingerprint() + repr(key)).encode()).hexdigest()[:32]
+    return _KERNEL_DIR[0] / f"{name}.o"
+
+
+def _compiled(key, build):
+    fn = _COMPILED.get(key)
+    if fn is None:
+        with _COMPILE_LOCK:
+            fn = _COMPILED.get(key)
+            if fn is None:
+                start = time.perf_counter()
+                stored = _stored_path(key)
+                if stored is not None and stored.exists():
+                    fn = cute.runtime.load_module(str(stored), enable_tvm_ffi=True).func
+                else:
+                    fn = build()
+                    if stored is not None:
+                        tmp = stored.with_suffix(f".{os.getpid()}.tmp")
+                        fn.export_to_c(object_file_path=str(tmp), function_name="func")
+                        os.replace(tmp, stored)
+                COMPILE_SECONDS[key] = round(time.perf_counter() - start, 2)
+                _COMPILED[key] = fn
+    return fn
+
+
+def compiled_keys() -> list:
+    return list(_COMPILED)
+
+
+def _fake_stream():
+    return cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+
+
+def _fake_i32_vector(n):
+    return make_fake_tensor(Int32, (n,), divisibility=1)
+
+
+def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal: bool, cfg: ForwardConfig):
+    act = activations.build(activation, DEVICE_OPS)
+    sym = cute.sym_int
+    total_q, total_k, h, h_kv, b1 = sym(), sym(), sym(), (sym() if groups > 1 else None), sym()
+    h_kv = h if h_kv is None else h_kv
+    div = 128 // dtype.width
+    q, o = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
+    k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
+    cu_q, cu_k = _fake_i32_vector(b1), _fake_i32_vector(b1)
+    qk_scale = make_fake_tensor(Float32, (h,), divisibility=1)
+    cu_blocks = _fake_i32_vector(b1) if cfg.scheduler_hint else None
+    kernel = GDPAForwardSm90(dtype, head_dim, groups, activation=act, is_causal=causal, pack_gqa=cfg.pack_gqa,
+                             tile_m=cfg.tile_m, tile_n=cfg.tile_n)
+    with scores_object(act):
+        return cute.compile(kernel, q, k, v, o, None, Float32(1.0), cu_q, cu_k, None, None, None, None, None,
+                            qk_scale, None, AuxData(), cu_blocks, None, _fake_stream(),
+                            options="--enable-tvm-ffi")
+
+
+def _compile_tile_counts(tile: int, multiplier: int):
+    b1 = cute.sym_int()
+    return cute.compile(CuSeqlensToBlocksKernel(tile=tile, seqlen_q_multiplier=multiplier),
+                        _fake_i32_vector(b1), None, _fake_i32_vector(b1), None, None, None, _fake_stream(),
+                        options="--enable-tvm-ffi")
+
+
+def _tile_counts_kernel(tile: int, multiplier: int):
+    key = ("tile_counts", tile, multiplier)
+    return _compiled(key, lambda: _compile_tile_counts(tile, multiplier)), key
+
+
+def _tile_counts(offsets: torch.Tensor, tile: int, multiplier: int = 1) -> torch.Tensor:
+    """Cumulative per-sequence tile counts [B+1] (int32, on the device), computed on the device."""
+    fn = _tile_counts_kernel(tile, multiplier)[0]
+    out = torch.empty_like(offsets)
+    fn(out, None, offsets, None, None, None)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# small device-side constants
+# ----------------------------------------------------------------------------------------------------------
+_CONSTANTS: OrderedDict = OrderedDict()
+_CONSTANTS_MAX = 8
+
+
+def _filled(device: torch.device, shape: tuple, value: float) -> torch.Tensor:
+    """A read-only fp32 tensor of `value`, cached (one fill launch per new (device, shape, value))."""
+    key = (device, shape, value)
+    t = _CONSTANTS.get(key)
+    if t is None:
+        t = torch.full(shape, value, dtype=torch.float32, device=device)
+        _CONSTANTS[key] = t
+        if len(_CONSTANTS) > _CONSTANTS_MAX:
+            _CONSTANTS.popitem(last=False)
+    else:
+        _CONSTANTS.move_to_end(key)
+    return t
+
+
+def _as_kernel_operand(t: torch.Tensor) -> torch.Tensor:
+    # the kernels need a unit stride on the head dim and 16-byte aligned rows (TMA)
+    return t if t.stride(-1) == 1 and (t.stride(-2) * t.element_size()) % 16 == 0 else t.contiguous()
+
+
+def _cute_dtype(t: torch.Tensor):
+    return TORCH_TO_CUTE[t.dtype]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# forward
+# ----------------------------------------------------------------------------------------------------------
+def forward_kernel(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int):
+    """(compiled forward, its config, its cache key) for these arguments; compiles on first use."""
+    cfg, cdtype = forward_config(head_dim, groups, batch), TORCH_TO_CUTE[dtype]
+    key = ("fwd", cdtype, head_dim, groups, activation, bool(causal), cfg)
+    return _compiled(key, lambda: _compile_forward(cdtype, head_dim, groups, activation, bool(causal), cfg)), cfg, key
+
+
+def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
+    q, k, v = (_as_kernel_operand(t) for t in (q, k, v))
+    out = _empty_like(q)
+    batch, heads, head_dim, groups = q_offsets.shape[0] - 1, q.shape[1], q.shape[2], q.shape[1] // k.shape[1]
+    if q.shape[0] == 0 or batch == 0:
+        return out
+    if k.shape[0] == 0:  # no keys anywhere: every output row is an empty sum
+        return out.zero_()
+    fn, cfg, key = forward_kernel(q.dtype, head_dim, groups, activation, causal, batch)
+    with torch.cuda.device(q.device):
+        cu_blocks = (_tile_counts(q_offsets, cfg.tile_m, groups if cfg.pack_gqa else 1)
+                     if cfg.scheduler_hint else None)
+        qk = _filled(q.device, (heads,), float(qk_scale))
+        fn(q, k, v, out, None, float(alpha), q_offsets, kv_offsets, None, None, None, None, None, qk, None,
+           AuxData(None, None), cu_blocks, None)
+    if record is not None:
+        record["hopper_fwd"] = {"kernel": "GDPAForwardSm90 (FA4 FlashAttentionForwardSm90)",
+                                "tile": [cfg.tile_m, cfg.tile_n], "pack_gqa": cfg.pack_gqa,
+                                "scheduler": "FA4 SingleTileVarlenScheduler"
+                                             + (" + tile-count hint" if cfg.scheduler_hint else ""),
+                                "activation": activation, "compile_s": COMPILE_SECONDS.get(key, 0.0)}
+    return out
+
+
+
+# ----------------------------------------------------------------------------------------------------------
+# backward
+# ----------------------------------------------------------------------------------------------------------
+def backward_config(head_dim: int, causal: bool) -> BwdConfig:
+    """FA4's sm90 choice: 80x128 tiles for head dim 128 (64x128 causal), 128x128 for 64; two MMA warpgroups."""
+    return _tile_size_bwd_sm90(head_dim, head_dim, causal, False)
+
+
+def _padded_rows(total: int, batch: int, tile: int) -> int:
+    # FA4's per-sequence padded layout of the fp32 accumulators and row statistics: every sequence
+    # starts on a tile boundary (SeqlenInfo.offset_padded)
+    return (total + (batch + 1) * tile - 1) // tile * tile
+
+
+def _hdim_multiple(cfg: BwdConfig) -> int:
+    return 64 if cfg.dKV_swapAB else 32
+
+
+def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal: bool, cfg: BwdConfig,
+                      hint: bool):
+    act = activations.build(activation, DEVICE_OPS)
+    sym = cute.sym_int
+    total_q, total_k, h, b1 = sym(), sym(), sym(), sym()
+    h_kv = sym() if groups > 1 else h
+    q_rows_padded, q_accum, k_accum = sym(), sym(), sym()
+    div = 128 // dtype.width
+    q, do = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
+    k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
+    row_stats = make_fake_tensor(Float32, (h, q_rows_padded), divisibility=4)
+    dq_accum = make_fake_tensor(Float32, (h, q_accum), divisibility=4)
+    if groups > 1:  # several query heads add into one dK, dV: fp32 accumulators + postprocess
+        dk, dv = (make_fake_tensor(Float32, (h_kv, k_accum), divisibility=4) for _ in range(2))
+    else:
+        dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
+    cu_q, cu_k = _fake_i32_vector(b1), _fake_i32_vector(b1)
+    kernel = GDPABackwardSm90(dtype, head_dim, groups, activation=act, is_causal=causal, cfg=cfg)
+    return cute.compile(kernel, q, k, v, do, row_stats, row_stats, dq_accum, dk, dv, Float32(1.0), cu_q, cu_k,
+                        None, None, None, None, None, None, None, AuxData(), None,
+                        _fake_i32_vector(b1) if hint else None, _fake_stream(), options="--enable-tvm-ffi")
+
+
+def _compile_postprocess(dtype, head_dim: int, tile: int, num_threads: int, atom_layout: int, swap_ab: bool,
+                         hdim_multiple: int, hint: bool):
+    sym = cute.sym_int
+    total, h, accum, b1 = sym(), sym(), sym(), sym()
+    post = FlashAttentionBackwardPostprocess(dtype, head_dim, 90, tile, num_threads, atom_layout, swap_ab,
+                                             hdim_multiple_of=hdim_multiple)
+    return cute.compile(post, make_fake_tensor(Float32, (h, accum), divisibility=4),
+                        make_fake_tensor(dtype, (total, h, head_dim), divisibility=128 // dtype.width),
+                        Float32(1.0), _fake_i32_vector(b1), None, None, _fake_i32_vector(b1) if hint else None,
+                        _fake_stream(), options="--enable-tvm-ffi")
+
+
+def _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint):
+    key = ("post", dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint)
+    return _compiled(key, lambda: _compile_postprocess(dtype, head_dim, tile, num_threads, atom_layout, swap_ab,
+                                                       hdim_multiple, hint)), key
+
+
+def _postprocess(accum, out, scale, offsets, dtype, head_dim, tile, num_threads, atom_layout, swap_ab,
+                 hdim_multiple, cu_blocks):
+    fn = _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple,
+                             cu_blocks is not None)[0]
+    fn(accum, out, float(scale), offsets, None, None, cu_blocks)
+
+
+def backward_kernel(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int):
+    """(compiled backward main kernel, its config, its cache key); compiles on first use."""
+    cfg, cdtype = backward_config(head_dim, bool(causal)), TORCH_TO_CUTE[dtype]
+    hint = batch > SCHEDULER_HINT_MIN_BATCH
+    key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), cfg, hint)
+    return (_compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), cfg, hint)),
+            cfg, key)
+
+
+def prebuild(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int) -> list:
+    """Compile (or load) every kernel a forward + backward call with these arguments launches, without
+    running anything: no GPU needed. Returns the cache keys."""
+    keys = [forward_kernel(dtype, head_dim, groups, activation, causal, batch)[2]]
+    _, cfg, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch)
+    keys.append(key)
+    hint, cdtype, mult = batch > SCHEDULER_HINT_MIN_BATCH, TORCH_TO_CUTE[dtype], _hdim_multiple(cfg)
+    posts = [(cfg.m_block_size, 128 if cfg.dQ_single_wg else cfg.num_wg * 128, cfg.AtomLayoutMdQ, cfg.dQ_swapAB)]
+    if groups > 1:
+        posts.append((cfg.n_block_size, cfg.num_wg * 128, cfg.AtomLayoutNdKV, cfg.dKV_swapAB))
+    for tile, threads, atom, swap in posts:
+        keys.append(_postprocess_kernel(cdtype, head_dim, tile, threads, atom, swap, mult, hint)[1])
+    if hint:
+        fcfg = forward_config(head_dim, groups, batch)
+        for tile, mult_q in ((fcfg.tile_m, groups if fcfg.pack_gqa else 1), (cfg.m_block_size, 1),
+                             (cfg.n_block_size, 1)):
+            keys.append(_tile_counts_kernel(tile, mult_q)[1])
+    return keys
+
+
+def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
+    do, q, k, v = (_as_kernel_operand(t) for t in (do, q, k, v))
+    if alpha < 0:
+        # the backward's masking (activations.MASKED_FLOOR) needs alpha > 0: act(alpha*(q.k)) with alpha < 0
+        # is act(|alpha| * ((-q).k)), and dL/dq = -dL/d(-q)
+        dq, dk, dv = backward(do, -q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, -alpha, qk_scale,
+                              causal, record)
+        return dq.neg_(), dk, dv
+    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+    batch, heads, head_dim = q_offsets.shape[0] - 1, q.shape[1], q.shape[2]
+    heads_kv, groups = k.shape[1], q.shape[1] // k.shape[1]
+    if q.shape[0] == 0 or k.shape[0] == 0 or batch == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    fn, cfg, key = backward_kernel(q.dtype, head_dim, groups, activation, causal, batch)
+    tile_m, tile_n, mult = cfg.m_block_size, cfg.n_block_size, _hdim_multiple(cfg)
+    hdim_r = (head_dim + mult - 1) // mult * mult
+    hint = batch > SCHEDULER_HINT_MIN_BATCH
+    dtype = _cute_dtype(q)
+    q_rows = _padded_rows(q.shape[0], batch, tile_m)
+    with torch.cuda.device(q.device):
+        dq_accum = torch.zeros(heads, q_rows * hdim_r, dtype=torch.float32, device=q.device)
+        # FA4's LSE and dPsum slots: the kernel reads qk_scale from the dPsum one and nothing from LSE
+        row_stats = _filled(q.device, (heads, _bucket(q_rows)), float(qk_scale))
+        if groups > 1:
+            k_rows = _padded_rows(k.shape[0], batch, tile_n)
+            dk_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
+            dv_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
+        else:
+            dk_out, dv_out = dk, dv
+        cu_blocks_q = _tile_counts(q_offsets, tile_m) if hint else None
+        cu_blocks_k = _tile_counts(kv_offsets, tile_n) if hint else None
+        fn(q, k, v, do, row_stats, row_stats, dq_accum, dk_out, dv_out, float(alpha), q_offsets, kv_offsets,
+           None, None, None, None, None, None, None, AuxData(None, None), None, cu_blocks_k)
+        post_threads = 128 if cfg.dQ_single_wg else cfg.num_wg * 128
+        _postprocess(dq_accum, dq, alpha, q_offsets, dtype, head_dim, tile_m, post_threads, cfg.AtomLayoutMdQ,
+                     cfg.dQ_swapAB, mult, cu_blocks_q)
+        if groups > 1:
+            for accum, out, scale in ((dk_out, dk, alpha), (dv_out, dv, 1.0)):
+                _postprocess(accum, out, scale, kv_offsets, dtype, head_dim, tile_n, cfg.num_wg * 128,
+                             cfg.AtomLayoutNdKV, cfg.dKV_swapAB, mult, cu_blocks_k)
+    if record is not None:
+        record["hopper_bwd"] = {"kernel": "GDPABackwardSm90 (FA4 FlashAttentionBackwardSm90) + FA4 dQ postprocess",
+                                "tile": [tile_m, tile_n], "gqa_accumulators": groups > 1,
+                                "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if hint else ""),
+                                "activation": activation, "compile_s": COMPILE_SECONDS.get(key, 0.0)}
+    return dq, dk, dv
+
+
+def _bucket(n: int) -> int:
+    # the qk_scale row tensor is cached; sizing it by powers of two keeps one allocation per size class
+    return 1 << max(int(n) - 1, 1).bit_length()
+
+
+__all__ = [
+    "ForwardConfig",
+    "backward",
+    "backward_config",
+    "compiled_keys",
+    "forward",
+    "forward_config",
+    "prebuild",
+    "use_kernel_dir",
+]

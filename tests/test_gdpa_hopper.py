@@ -1,0 +1,253 @@
+"""The Hopper GDPA backend (kernels/gdpa/hopper): its contract on any machine, the activation math its
+kernels run (checked here through torch on the CPU), and — marked `gpu`, on an H100/H200 with flash-attn-4 —
+forward and backward against the fp32 reference."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import kernels.gdpa.hopper as hopper
+from kernels.activations import ACTIVATION_NAMES, get_activation
+from kernels.gdpa.hopper import activations as hopper_acts
+
+
+def _qkv(dtype=torch.bfloat16, d=128, h=4, hkv=4, rows=8, krows=8):
+    q = torch.zeros(rows, h, d, dtype=dtype)
+    k = torch.zeros(krows, hkv, d, dtype=dtype)
+    return q, k, torch.zeros_like(k)
+
+
+# ----------------------------------------------------------------------------------------------- contract
+def test_import_is_cheap_and_does_not_touch_flash_attn():
+    code = ("import sys, kernels.gdpa.hopper as h; "
+            "bad = [m for m in ('flash_attn', 'cutlass', 'quack') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_activation_of_the_op_is_supported():
+    assert set(hopper.SUPPORTED_ACTIVATIONS) == set(ACTIVATION_NAMES)
+    assert set(hopper_acts.NAMES) == set(ACTIVATION_NAMES)
+
+
+def test_unavailable_without_flash_attn(monkeypatch):
+    monkeypatch.setattr(hopper, "_PACKAGE_REASON", [])
+    monkeypatch.setattr(hopper, "_DEVICE_REASON", {})
+    monkeypatch.setitem(sys.modules, "flash_attn", None)  # import flash_attn... raises ImportError
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute.flash_fwd_sm90", None)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute.flash_bwd_sm90", None)
+    assert hopper.unavailable("cpu") == "flash-attn-4 not installed (pip install -e '.[fa4]')"
+
+
+@pytest.mark.parametrize(("capability", "expect"), [
+    ((10, 0), "sm100 (Blackwell) not supported yet"),
+    ((8, 0), "needs an sm90 (Hopper) GPU"),
+    ((9, 0), None),
+])
+def test_unavailable_by_device(monkeypatch, capability, expect):
+    monkeypatch.setattr(hopper, "_PACKAGE_REASON", [None])  # as if flash-attn-4 imported
+    monkeypatch.setattr(hopper, "_DEVICE_REASON", {})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some GPU")
+    reason = hopper.unavailable("cuda:0")
+    assert reason is None if expect is None else reason.startswith(expect)
+    assert hopper.unavailable("cpu") == "runs on CUDA devices only, not cpu"
+
+
+def test_unavailable_is_cached_per_device(monkeypatch):
+    monkeypatch.setattr(hopper, "_PACKAGE_REASON", [None])
+    monkeypatch.setattr(hopper, "_DEVICE_REASON", {})
+    calls = []
+    monkeypatch.setattr(hopper, "_device_reason", lambda device: calls.append(device) or "no")
+    assert hopper.unavailable("cpu") == hopper.unavailable("cpu") == "no"
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(("change", "expect"), [
+    ({}, None),
+    ({"dtype": torch.float32}, "dtype float32 not supported"),
+    ({"d": 96}, "head dim 96 not supported"),
+    ({"d": 64}, None),
+    ({"dtype": torch.float16}, None),
+    ({"hkv": 2}, None),
+    ({"hkv": 3}, "query heads 4 not a multiple of key/value heads 3"),
+    ({"activation": "tanh"}, "activation 'tanh' not supported"),
+    ({"causal": True}, None),
+    ({"causal": True, "krows": 9}, "causal needs self-attention lengths"),
+    ({"krows": 9}, None),
+])
+def test_unsupported(change, expect):
+    q, k, v = _qkv(**{n: change[n] for n in ("dtype", "d", "hkv", "krows") if n in change})
+    reason = hopper.unsupported(q, k, v, change.get("activation", "fast_gelu"), change.get("causal", False))
+    assert reason is None if expect is None else reason.startswith(expect), reason
+
+
+def test_unsupported_mixed_dtypes_and_head_dims():
+    q, k, v = _qkv()
+    assert hopper.unsupported(q, k.half(), v, "relu", False) == "q, k and v must share one dtype"
+    assert hopper.unsupported(q, k[..., :64], v[..., :64], "relu", False) == "q, k and v must share one head dim"
+
+
+# ------------------------------------------------------------------------------- activation math (torch)
+class TorchOps:
+    """The primitive ops of hopper/activations.py as torch (float64) code."""
+
+    @staticmethod
+    def const(value):
+        return value
+
+    @staticmethod
+    def fmax(a, b):
+        return torch.maximum(a, torch.as_tensor(b, dtype=a.dtype))
+
+    @staticmethod
+    def fmin(a, b):
+        return torch.minimum(a, torch.as_tensor(b, dtype=a.dtype))
+
+    @staticmethod
+    def select(cond, a, b):
+        return torch.where(cond, torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64))
+
+    tanh = tanh_approx = staticmethod(torch.tanh)
+    erf = staticmethod(torch.erf)
+    exp2 = staticmethod(torch.exp2)
+
+    @staticmethod
+    def rcp(x):
+        return 1.0 / x
+
+
+def _reference(name, x):
+    x = x.detach().clone().requires_grad_(True)
+    y = get_activation(name)(x)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    return y.detach(), g
+
+
+@pytest.mark.parametrize("name", ACTIVATION_NAMES)
+@pytest.mark.parametrize(("alpha", "qk"), [(1.0, 1.0), (0.3, 0.7), (2.5, 1.9)])
+def test_activation_forward_and_backward_match_torch(name, alpha, qk):
+    act = hopper_acts.build(name, TorchOps())
+    s = torch.linspace(-9.0, 9.0, 4001, dtype=torch.float64) / alpha
+    s = s[(s * alpha + 3.0).abs() > 1e-6]  # hardswish's kinks at +-3 have no single derivative
+    s = s[(s * alpha - 3.0).abs() > 1e-6]
+    ref_v, ref_g = _reference(name, alpha * s)
+    consts, out_scale = act.forward_setup(alpha)
+    torch.testing.assert_close(out_scale * act.forward(s, consts), ref_v, rtol=1e-9, atol=1e-9)
+    p, g = act.backward(s, act.backward_row(act.backward_setup(alpha), qk))
+    torch.testing.assert_close(p, qk * ref_v, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(torch.broadcast_to(torch.as_tensor(g, dtype=torch.float64), s.shape), qk * ref_g,
+                               rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ACTIVATION_NAMES)
+def test_masked_scores_contribute_exactly_zero(name):
+    """The forward selects -inf to 0; the backward raises -inf to masked_floor (in fp32, as the kernel does),
+    where P and dS must be exactly 0, or selects for activations without a floor; rows past a sequence end
+    get qk_scale from the kernel like any other (-inf makes them 0)."""
+    act = hopper_acts.build(name, TorchOps())
+    consts, _ = act.forward_setup(1.0)
+    zero = torch.zeros(3, dtype=torch.float64)
+    assert torch.equal(torch.as_tensor(act.forward(zero, consts), dtype=torch.float64), zero)
+    if act.masked_floor is None:
+        assert name in ("raw", "leaky_relu")
+        return
+    for alpha in (1e-3, 0.125, 1.0, 30.0):
+        for qk in (1e-3, 1.0, 50.0):
+            s = torch.full((2,), act.masked_floor, dtype=torch.float32)
+            with torch.no_grad():
+                p, g = act.backward(s, act.backward_row(act.backward_setup(torch.tensor(alpha, dtype=torch.float32)),
+                                                        torch.tensor(qk, dtype=torch.float32)))
+            assert torch.equal(torch.as_tensor(p).abs(), torch.zeros(2)), (alpha, qk, p)
+            assert torch.equal(torch.as_tensor(g).abs(), torch.zeros(2)), (alpha, qk, g)
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+def _gpu_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    return hopper.unavailable("cuda")
+
+
+gpu = pytest.mark.gpu
+needs_hopper = pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+EDGE = [0, 1, 63, 64, 65, 79, 80, 81, 127, 128, 129, 192, 193, 257]
+
+
+def _batch(q_lengths, kv_lengths, h, hkv, d, dtype, seed):
+    from workloads.batch import make_batch
+    return make_batch(np.asarray(q_lengths), np.asarray(kv_lengths), H=h, Hkv=hkv, D=d, dtype=dtype, device="cuda",
+                      seed=seed)
+
+
+def _relerr(got, ref):
+    assert torch.isfinite(got).all(), "non-finite values (an element the kernel never wrote stays NaN)"
+    return float((got.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    from kernels.gdpa.hopper import launch
+    monkeypatch.setattr(launch, "_empty_like", lambda t: torch.full_like(t, math.nan))
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize(("activation", "causal", "h", "hkv", "d", "dtype", "alpha", "qk"), [
+    *[(a, False, 4, 4, 128, torch.bfloat16, 0.7, 1.3) for a in ACTIVATION_NAMES],
+    ("fast_gelu", True, 4, 4, 128, torch.bfloat16, 1.0, 1.0),
+    ("silu", True, 4, 2, 128, torch.bfloat16, 0.5, 2.0),
+    ("gelu", False, 4, 1, 64, torch.bfloat16, 1.0, 1.0),
+    ("fast_gelu", False, 2, 2, 64, torch.float16, 1.0, 0.5),
+    ("relu", True, 4, 4, 128, torch.bfloat16, -0.8, 1.0),
+])
+def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, alpha, qk):
+    from kernels.gdpa.hopper import launch
+    from kernels.reference import reference_outputs
+    from kernels.registry import CaseSpec
+    kv = EDGE if causal else EDGE[::-1]
+    batch = _batch(EDGE, kv, h, hkv, d, dtype, seed=3)
+    spec = CaseSpec(mode="bwd", activation=activation, alpha=alpha, qk_scale=qk, causal=causal)
+    ref_out, ref_grads = reference_outputs(batch, spec, "gdpa", dtype=torch.float32, grads=True)
+    args = (batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv, activation, alpha, qk, causal)
+    record = {}
+    out = launch.forward(batch.q, batch.k, batch.v, *args, record=record)
+    grads = launch.backward(batch.dout, batch.q, batch.k, batch.v, *args, record=record)
+    tol = 3e-3 if dtype == torch.bfloat16 else 1e-3
+    for name, got, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref_out, *ref_grads), strict=True):
+        assert _relerr(got, ref) <= tol, name
+    assert record["hopper_fwd"]["tile"] and record["hopper_bwd"]["activation"] == activation
+
+
+@gpu
+@needs_hopper
+def test_scheduler_hint_batch_and_empty_inputs(poisoned):
+    """B > 256 takes the tile-count hint path; zero-length sequences and empty batches are exact zeros."""
+    from kernels.gdpa.hopper import launch
+    from kernels.reference import reference_outputs
+    from kernels.registry import CaseSpec
+    rng = np.random.default_rng(0)
+    lq, lk = rng.integers(0, 150, 300), rng.integers(0, 150, 300)
+    batch = _batch(lq, lk, 4, 4, 128, torch.bfloat16, seed=5)
+    spec = CaseSpec(mode="bwd", activation="fast_gelu")
+    ref_out, ref_grads = reference_outputs(batch, spec, "gdpa", dtype=torch.float32, grads=True)
+    args = (batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv, "fast_gelu", 1.0, 1.0, False)
+    out = launch.forward(batch.q, batch.k, batch.v, *args)
+    grads = launch.backward(batch.dout, batch.q, batch.k, batch.v, *args)
+    for got, ref in zip((out, *grads), (ref_out, *ref_grads), strict=True):
+        assert _relerr(got, ref) <= 3e-3
+    empty = _batch([0, 5], [0, 0], 2, 2, 64, torch.bfloat16, seed=1)  # queries, no keys anywhere
+    args = (empty.q_offsets, empty.kv_offsets, 5, 0, "silu", 1.0, 1.0, False)
+    assert torch.equal(launch.forward(empty.q, empty.k, empty.v, *args), torch.zeros_like(empty.q))
+    dq, dk, dv = launch.backward(empty.dout, empty.q, empty.k, empty.v, *args)
+    assert torch.equal(dq, torch.zeros_like(dq)) and dk.numel() == dv.numel() == 0
