@@ -1,4 +1,4 @@
-"""GDPA activations in PyTorch (DESIGN §3): the exact forms the reference and the naive baselines use.
+"""GDPA activations in PyTorch (docs/DESIGN.md §3): the exact forms the reference and the naive baselines use.
 
 Names are stable: configs and results refer to them. The Triton kernels implement the same table in
 `kernels/gdpa/activations.py`; `fast_*` differ there only by using the hardware tanh approximation.

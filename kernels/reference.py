@@ -1,6 +1,6 @@
 """Exact references, one sequence at a time in fp32 (or fp64): the ground truth of the correctness gate.
 
-`gdpa_reference` follows DESIGN §3 to the letter: S = alpha·QKᵀ, P = act(S)·qk_scale, O = P V, keys
+`gdpa_reference` follows docs/DESIGN.md §3 to the letter: S = alpha·QKᵀ, P = act(S)·qk_scale, O = P V, keys
 j ≥ Lk do not exist, causal keeps j ≤ i (top-left aligned, HSTU). `softmax_reference` is the usual
 softmax attention, causal bottom-right aligned as FlashAttention does it (identical when Lq == Lk).
 Both are differentiable, so gradients come from autograd on the same code.

@@ -1,6 +1,6 @@
 """`JaggedBatch`: the tensors one benchmark case runs on, built directly on the target device.
 
-Layout (DESIGN §3): q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]`, int32 offsets `[B+1]`. Inputs are drawn from
+Layout (docs/DESIGN.md §3): q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]`, int32 offsets `[B+1]`. Inputs are drawn from
 N(0, 1)/D^¼ so that scores q·k are O(1) whatever D is: large raw scores would saturate or blow up the
 activation and make a wrong kernel look right (or a right one look wrong) in bf16.
 """

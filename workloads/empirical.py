@@ -1,4 +1,4 @@
-"""Loading user-provided sequence lengths for the `empirical` length family (DESIGN §4).
+"""Loading user-provided sequence lengths for the `empirical` length family (docs/DESIGN.md §4).
 
 Three inputs, chosen by the arguments and the file's suffix:
 - a text file of integers, one per line or separated by whitespace/commas (`#` starts a comment);

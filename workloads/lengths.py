@@ -1,4 +1,4 @@
-"""Sequence-length families: one registry, one function per family (DESIGN §4).
+"""Sequence-length families: one registry, one function per family (docs/DESIGN.md §4).
 
 Every family is a function `(batch_size, max_len, seed, **params) -> int64 [batch_size]` registered with
 `@register_family(name, param=Param(default, check), ...)`. The registry knows each family's parameters,
@@ -286,7 +286,7 @@ def hstu_sl(batch_size: int, max_len: int, seed: int, *, fill: float, alpha: flo
 
 
 # scipy.stats.lognorm fits (shape s, loc, scale) of per-user interaction counts in MovieLens
-# (GroupLens; ML-100K / ML-20M / ML-25M), as cited in DESIGN §4. Median of the fit = loc + scale.
+# (GroupLens; ML-100K / ML-20M / ML-25M), as cited in docs/DESIGN.md §4. Median of the fit = loc + scale.
 LOGNORMAL_PRESETS: dict[str, dict[str, float]] = {
     "ml-100k": {"s": 1.474, "loc": 18.678, "scale": 38.901},
     "ml-20m": {"s": 1.609, "loc": 19.078, "scale": 43.087},
@@ -332,7 +332,7 @@ def lognormal(batch_size: int, max_len: int, seed: int, *, s=None, loc=None, sca
 def zipf(batch_size: int, max_len: int, seed: int, *, gamma: float, min_len: int = 1) -> np.ndarray:
     """Truncated power law: P(L = k) proportional to k^-gamma for k in [min_len, N].
 
-    Skew stress (DESIGN §4: gamma in {1.7, 2.0, 2.5}). Sampled exactly on the finite support by
+    Skew stress (docs/DESIGN.md §4: gamma in {1.7, 2.0, 2.5}). Sampled exactly on the finite support by
     inverting the CDF: numpy's `zipf` has infinite support and would need rejection at N, which
     changes the distribution's shape and the number of draws consumed.
     """
@@ -366,7 +366,7 @@ def spike(batch_size: int, max_len: int, seed: int, *, p: float, base: str, **ba
 
     Every other parameter goes to the base family, e.g. spike(p=0.02, base="lognormal",
     preset="ml-20m"). Production histories are truncated at N, so the heaviest users pile up at
-    exactly N (DESIGN §4). The base is drawn with the same seed as on its own, so p = 0 gives `base`.
+    exactly N (docs/DESIGN.md §4). The base is drawn with the same seed as on its own, so p = 0 gives `base`.
     """
     lengths = _sample(base, batch_size, max_len, seed, base_params)
     hit = np.random.default_rng([seed, _STREAM_SPIKE]).random(batch_size) < p

@@ -1,6 +1,6 @@
 """Q/KV pairing rules, sorting by work, and `build_lengths` (family -> pairing -> optional sort).
 
-A length family gives one length L per sequence; a pairing rule turns it into (Lq, Lk) (DESIGN §4):
+A length family gives one length L per sequence; a pairing rule turns it into (Lq, Lk) (docs/DESIGN.md §4):
 - `self`:           Lq = Lk = L                      (self-attention over the user history)
 - `fixed_kv`:       Lq = L, Lk = kv_len (default N)  (the Meta peer's set 1: kv_len = N; set 2: 256)
 - `target_history`: Lk = L, Lq ~ U{1 .. max_targets} (candidate targets attending to the history)

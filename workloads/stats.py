@@ -1,7 +1,7 @@
-"""Workload statistics (DESIGN §4): token counts, padding and FLOP-area waste, imbalance, a hash.
+"""Workload statistics (docs/DESIGN.md §4): token counts, padding and FLOP-area waste, imbalance, a hash.
 
 `work_pairs` is the per-sequence count of (query, key) score pairs a kernel computes; FLOPs are
-4·H·D·Σ work_pairs (DESIGN §3), so this is the one place that decides what "causal" costs.
+4·H·D·Σ work_pairs (docs/DESIGN.md §3), so this is the one place that decides what "causal" costs.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def _dist(x: np.ndarray, suffix: str) -> dict:
 
 
 def stats(q_lengths, kv_lengths, *, causal: bool = False) -> dict:
-    """The per-workload statistics of DESIGN §4, as JSON-ready Python types (keys: `STATS_KEYS`).
+    """The per-workload statistics of docs/DESIGN.md §4, as JSON-ready Python types (keys: `STATS_KEYS`).
 
     padding_waste(_kv) = 1 - ΣL/(B·maxL): the share of a padded [B, maxL] layout that is padding.
     flop_waste = 1 - Σw/(B·maxLq·maxLk), w = work_pairs(causal): the share of a dense padded

@@ -1,4 +1,4 @@
-"""Why our FA4 backward reads faster than the DESIGN §8 anchor (issue 6): time FA4's backward the ways a
+"""Why our FA4 backward reads faster than the docs/DESIGN.md §8 anchor (issue 6): time FA4's backward the ways a
 benchmark script commonly does it, on the peer shapes (set 1, fill 1.0), in one process.
 
     PYTHONPATH=. python docs/experiments/fa4_bwd_gap.py [--out DIR]

@@ -1,4 +1,4 @@
-"""Where the naive eager forward's time goes, against the DESIGN §8 anchor (issue 2: naive eager forward,
+"""Where the naive eager forward's time goes, against the docs/DESIGN.md §8 anchor (issue 2: naive eager forward,
 set 1 fill 1.0, about 54 / 81 / 108 TFLOP/s at L = 256 / 512 / 1024 in an independent run).
 
     PYTHONPATH=. python docs/experiments/naive_gap.py [--out DIR] [--lengths 256,512,1024]

@@ -1,4 +1,4 @@
-"""GDPA activations as Triton device functions: value and derivative (DESIGN §3 table).
+"""GDPA activations as Triton device functions: value and derivative (docs/DESIGN.md §3 table).
 
 `ACT` is a constexpr string, so each kernel is specialised to one activation and the branches below
 vanish at compile time. `HW_TANH` (a constexpr the launcher sets from the device) selects the tanh of

@@ -1,4 +1,5 @@
-"""GDPA backward (DESIGN §3): dV = Pᵀ dO; dP = dO Vᵀ; dS = act'(S)·qk_scale·alpha ⊙ dP; dQ = dS K; dK = dSᵀ Q.
+"""GDPA backward (docs/DESIGN.md §3): dV = Pᵀ dO; dP = dO Vᵀ; dS = act'(S)·qk_scale·alpha ⊙ dP;
+dQ = dS K; dK = dSᵀ Q.
 
 No softmax means no LSE and no row-sum preprocessing: each score tile is recomputed from Q and K.
 `dkdv` owns a BLOCK_N tile of keys of one KV head and loops over every query row (and, for GQA, every

@@ -1,4 +1,4 @@
-"""GDPA forward: O_b = (act(alpha · Q_b K_bᵀ) · qk_scale) V_b over a jagged batch (DESIGN §3).
+"""GDPA forward: O_b = (act(alpha · Q_b K_bᵀ) · qk_scale) V_b over a jagged batch (docs/DESIGN.md §3).
 
 One program computes one BLOCK_M tile of query rows of one (sequence, head) and streams that
 sequence's keys in BLOCK_N tiles. There is no running max and no rescale: each tile's contribution is
