@@ -19,9 +19,9 @@ import pytest
 from matplotlib import image as mpimg
 
 from reports import metrics, plots
-from reports.metrics import ResultsError, load_run, min_bytes, tflops, utilization
+from reports.metrics import load_run, min_bytes, tflops, utilization
 from reports.render import render_report
-from reports.results import read_power
+from reports.results import ResultsError, read_power
 
 FIX = Path(__file__).parent / "fixtures"
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
