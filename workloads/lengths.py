@@ -53,7 +53,7 @@ def _is_real(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
     # integral floats are accepted (YAML/JSON may carry 256.0); bools are not numbers here
     return _is_real(v) and float(v).is_integer()
 
@@ -84,7 +84,7 @@ def integer(lo: int = 1, hi_is_max_len: bool = False) -> Check:
     """An integer >= lo (and <= max_len when asked and max_len is known; <= MAX_LENGTH always)."""
     def check(where, name, v, max_len):
         hi = max_len if hi_is_max_len else None
-        ok = _is_int(v) and v >= lo and v <= MAX_LENGTH and (hi is None or v <= hi)
+        ok = is_int(v) and v >= lo and v <= MAX_LENGTH and (hi is None or v <= hi)
         if not ok:
             if not hi_is_max_len:
                 raise _bad(where, name, v, f"an integer >= {lo} and <= {MAX_LENGTH}")
@@ -212,11 +212,11 @@ def _with_defaults(fam: Family, params: dict) -> dict:
 
 
 def _check_sizes(batch_size: Any, max_len: Any, seed: Any) -> None:
-    if not _is_int(batch_size) or not 0 < batch_size <= MAX_LENGTH:
+    if not is_int(batch_size) or not 0 < batch_size <= MAX_LENGTH:
         raise ValueError(f"bad value batch_size={batch_size!r}; allowed: an integer in [1, {MAX_LENGTH}]")
-    if not _is_int(max_len) or not 0 < max_len <= MAX_LENGTH:
+    if not is_int(max_len) or not 0 < max_len <= MAX_LENGTH:
         raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer in [1, {MAX_LENGTH}]")
-    if not _is_int(seed) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ValueError(f"bad value seed={seed!r}; allowed: an integer >= 0")
 
 

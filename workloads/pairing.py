@@ -16,7 +16,7 @@ from workloads.lengths import (
     MAX_LENGTH,
     REQUIRED,
     Param,
-    _is_int,
+    is_int,
     integer,
     optional,
     resolve_family_params,
@@ -79,9 +79,9 @@ def _as_lengths(x, name: str) -> np.ndarray:
 def pair_lengths(rule: str, lengths, *, max_len: int, seed: int = 0, **params) -> tuple[np.ndarray, np.ndarray]:
     """(q_lengths, kv_lengths), int64, from per-sequence family `lengths` by pairing `rule`."""
     check_pairing_params(rule, params)
-    if not _is_int(seed) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ValueError(f"bad value seed={seed!r}; allowed: an integer >= 0")
-    if not _is_int(max_len) or not 0 < max_len <= MAX_LENGTH:
+    if not is_int(max_len) or not 0 < max_len <= MAX_LENGTH:
         raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer in [1, {MAX_LENGTH}]")
     L = _as_lengths(lengths, "lengths")
     B = L.shape[0]
