@@ -75,8 +75,8 @@ class PowerMonitor:
             array("q"),
             array("i"),
         )
-        # The energy counter is read only inside measure() windows: one read costs ~4 ms of CPU where
-        # every other read costs ~1-5 us (docs/DESIGN.md §5).
+        # The energy counter is read only inside measure() windows: one read costs milliseconds of CPU
+        # where every other read costs microseconds (docs/DESIGN.md §8).
         self._energy, self._energy_t = array("q"), array("d")
         self.read_energy = False
 
