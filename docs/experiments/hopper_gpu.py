@@ -12,7 +12,8 @@ Correctness: relative Frobenius error ||got - ref|| / ||ref|| of out, dq, dk, dv
 kernel never writes shows as NaN), lengths at tile edges (0, 1, 63, 64, 65, 79, 80, 81, 127, 128, 129, ...),
 every activation, causal, GQA, head dims 64/128, fp16/bf16, alpha < 0, a batch above the scheduler-hint size.
 Timing: triton.testing.do_bench median; FLOPs 4*H*D*sum(Lq*Lk) (fwd), 2.5x that (bwd) as in bench/record.py;
-the peer shapes are built by workloads.pairing.build_lengths exactly as configs/h200.yaml builds them.
+the peer shapes are built by workloads.pairing.build_lengths exactly as configs/h200.yaml builds them, and
+five production sets as configs/production.yaml builds them (unsorted).
 """
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ def correctness_plan():
     plan.append(("hardswish fp16 d64", "hardswish", torch.float16, 64, 2, 2, False, edge_q, edge_k, 1.0, 0.5))
     plan.append(("fast_gelu alpha<0", "fast_gelu", torch.bfloat16, 128, 4, 4, False, edge_q, edge_k, -0.6, 1.0))
     plan.append(("relu alpha<0 causal", "relu", torch.bfloat16, 128, 4, 4, True, edge_q, edge_q, -1.0, 1.0))
+    long_q = np.array([0, 1, 63, 65, 159, 160, 161, 500, 513, 640, 700, 257])  # max_q >= 2 max_kv: fused 80x128
+    short_k = np.array([0, 5, 64, 128, 129, 1, 200, 256, 3, 80, 81, 250])
+    plan.append(("fast_gelu long q", "fast_gelu", torch.bfloat16, 128, 4, 4, False, long_q, short_k, 0.8, 1.1))
+    plan.append(("raw long q gqa", "raw", torch.bfloat16, 128, 4, 2, False, long_q, short_k, 1.0, 1.0))
     lq = rng.integers(0, 200, size=300)  # above the scheduler-hint batch size (256)
     plan.append(("fast_gelu B=300", "fast_gelu", torch.bfloat16, 128, 4, 4, False, lq, rng.integers(0, 200, 300),
                  1.0, 1.0))
@@ -77,22 +82,25 @@ def peer_shapes():
         q, k = build_lengths("uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, batch_size=B_PEER,
                              max_len=L, seed=0)
         shapes.append((f"set2 L={L} kv=256", q, k))
-    q, k = build_lengths("lognormal", {"preset": "ml-20m"}, "self", {}, batch_size=B_PEER, max_len=2048, seed=0)
-    shapes.append(("lognormal max=2048", q, k))
+    for name, rule, params, max_len in (("lognormal max=2048", "self", {}, 2048),
+                                        ("lognormal max=4096", "self", {}, 4096),
+                                        ("target_history 4096", "target_history", {"max_targets": 256}, 4096),
+                                        ("seeds 4096", "seeds", {"num_seeds": 192}, 4096),
+                                        ("short_kv 4096", "fixed_kv", {"kv_len": 256}, 4096)):
+        q, k = build_lengths("lognormal", {"preset": "ml-20m"}, rule, params, batch_size=B_PEER, max_len=max_len,
+                             seed=0)
+        shapes.append((name, q, k))
     return shapes
 
 
 def prebuild(directory: str) -> None:
     from kernels.gdpa.hopper import launch
     launch.use_kernel_dir(directory)
-    seen = set()
-    todo = [(dt, d, h // hkv, act, causal, len(lq)) for (_, act, dt, d, h, hkv, causal, lq, _, _, _)
-            in correctness_plan()]
-    todo += [(torch.bfloat16, D_PEER, 1, "fast_gelu", False, B_PEER)]
-    for args in todo:
-        if args in seen:
-            continue
-        seen.add(args)
+    todo = {(dt, d, h // hkv, act, causal, len(lq), int(lq.max()), int(lk.max()))
+            for (_, act, dt, d, h, hkv, causal, lq, lk, _, _) in correctness_plan()}
+    todo |= {(torch.bfloat16, D_PEER, 1, "fast_gelu", False, len(lq), int(lq.max()), int(lk.max()))
+             for _, lq, lk in peer_shapes()}
+    for args in sorted(todo, key=repr):
         t0 = time.time()
         launch.prebuild(*args)
         print(f"prebuilt {args} in {time.time() - t0:.1f}s", flush=True)
@@ -149,7 +157,8 @@ def check_correctness(log, results):
 
 
 # ------------------------------------------------------------------------------------------------------------
-TRITON_TILES = {  # the autotuner's choices in docs/example-h200 (pinned here: no autotuning in this run)
+TRITON_TILES = {  # the autotuner's choices in docs/example-h200 (pinned here: no autotuning in this run;
+    # the production shapes take the nearest peer shape's: their own autotuned tiles may be faster)
     256: ((64, 32, 4, 3, 168), (64, 128, 8, 3), (64, 32, 4, 3, 168)),
     512: ((128, 32, 8, 3, 128), (64, 128, 8, 3), (128, 64, 8, 3)),
     1024: ((128, 32, 8, 3, 128), (64, 128, 8, 3), (128, 64, 8, 3)),
@@ -165,8 +174,9 @@ def _triton_call(name, max_q, max_kv):
         from kernels.gdpa.options import GDPAOptions
     except Exception:
         return None
-    fwd_t, dkdv_t, dq_t = (TRITON_TILES_SHORT_KV if "set2" in name and max_q > 256 else
-                           TRITON_TILES[min(TRITON_TILES, key=lambda L: abs(L - max(max_q, 256)))])
+    short_kv = max_kv <= 256 < max_q  # set 2 and the short-KV production set
+    fwd_t, dkdv_t, dq_t = (TRITON_TILES_SHORT_KV if short_kv else
+                           TRITON_TILES[min(TRITON_TILES, key=lambda L: abs(L - min(max(max_q, 256), 2048)))])
     options = GDPAOptions(backend="triton", fwd_tiles=fwd_t, dkdv_tiles=dkdv_t, dq_tiles=dq_t)
     return lambda q, k, v, qo, ko, mq, mk: gdpa(q, k, v, qo, ko, mq, mk, activation="fast_gelu", alpha=1.0,
                                                  qk_scale=1.0, causal=False, options=options)

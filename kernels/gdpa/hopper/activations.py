@@ -12,7 +12,8 @@ tile instead of multiplying each score by alpha and qk_scale:
   act(alpha*s) = out_scale * P'. The kernel scales O once by qk_scale * out_scale after the key loop
   (fast_gelu: P' = s + s*tanh(s*(a1 + a3*s^2)): 4 FP32 ops + 1 MUFU per score).
 - backward: `backward_row(backward_setup(alpha), qk) -> r`; `backward(s, r)` returns
-  (qk*act(alpha*s), qk*act'(alpha*s)).
+  (qk*act(alpha*s), act'(alpha*s)): P for the dV GEMM with qk_scale folded in, the derivative without it
+  (the kernel applies alpha*qk_scale to dQ and dK once, after their GEMMs).
 
 Masked scores: the forward selects -inf to 0 (act(0) == 0 for every activation here). The backward, for
 alpha > 0, raises -inf to `masked_floor` instead (one max per score, only in blocks that are masked): every
@@ -59,7 +60,7 @@ class Activation:
 
     def backward(self, s, r):
         v, d = self.value_and_grad(s * r[0])
-        return v * r[1], d * r[1]
+        return v * r[1], d
 
     def value_and_grad(self, x):
         raise NotImplementedError
@@ -76,10 +77,10 @@ class Raw(Activation):
         return s
 
     def backward_row(self, k, qk):
-        return (k[0] * qk, qk)
+        return (k[0] * qk,)
 
     def backward(self, s, r):
-        return s * r[0], r[1]
+        return s * r[0], self.ops.const(1.0)
 
 
 class Relu(Activation):
@@ -163,16 +164,16 @@ class GeluTanh(Activation):
         return (a1, a3, alpha * alpha * (3.0 * GELU_K1), alpha * 0.5)
 
     def backward_row(self, k, qk):
-        # h = qk*alpha/2 (P = h*s*(1+t)), c = qk/2 (the 0.5*(1+t) part of act')
-        return (k[0], k[1], k[2], k[3] * qk, qk * 0.5)
+        # h = alpha/2 (0.5*x = h*s), hq = qk*alpha/2 (P = hq*s*(1+t))
+        return (k[0], k[1], k[2], k[3], k[3] * qk)
 
     def backward(self, s, r):
-        a1, a3, ca, h, c = r
+        a1, a3, ca, h, hq = r
         s2 = s * s
         t = self._tanh(s * (s2 * a3 + a1))
-        hs = h * s
+        hsq = hq * s
         # act'(x) = 0.5(1+t) + 0.5x(1-t^2)(K0 + 3 K1 x^2)
-        return hs * t + hs, (hs * (1.0 - t * t)) * (s2 * ca + SQRT_2_OVER_PI) + (c * t + c)
+        return hsq * t + hsq, ((h * s) * (1.0 - t * t)) * (s2 * ca + SQRT_2_OVER_PI) + (t * 0.5 + 0.5)
 
 
 class FastGelu(GeluTanh):
@@ -196,14 +197,14 @@ class Silu(Activation):
         return (alpha, alpha * -LOG2_E)
 
     def backward_row(self, k, qk):
-        return (k[0], k[1], k[0] * qk, qk)
+        return (k[0], k[1], k[0] * qk)
 
     def backward(self, s, r):
-        alpha, k2, hq, qk = r
+        alpha, k2, hq = r
         sg = self.ops.rcp(self.ops.exp2(s * k2) + 1.0)
         x = s * alpha
         # act' = sg * (1 + x*(1 - sg))
-        return (hq * s) * sg, (qk * sg) * (x - x * sg + 1.0)
+        return (hq * s) * sg, sg * (x - x * sg + 1.0)
 
 
 class FastSilu(Activation):
@@ -221,14 +222,14 @@ class FastSilu(Activation):
         return (alpha * 0.5,)
 
     def backward_row(self, k, qk):
-        # h = qk*alpha/2 (P = h*s*(1+t)); act' = 0.5(1+t) + 0.25x(1-t^2) = c(1+t) + (h/2)*s*(1-t^2)
-        return (k[0], k[0] * qk, k[0] * qk * 0.5, qk * 0.5)
+        # hq = qk*alpha/2 (P = hq*s*(1+t)); act' = 0.5(1+t) + 0.25x(1-t^2), 0.25x = (alpha/4)*s
+        return (k[0], k[0] * qk, k[0] * 0.5)
 
     def backward(self, s, r):
-        a, h, h2, c = r
+        a, hq, h2 = r
         t = self.ops.tanh_approx(s * a)
-        hs = h * s
-        return hs * t + hs, (h2 * s) * (1.0 - t * t) + (c * t + c)
+        hsq = hq * s
+        return hsq * t + hsq, (h2 * s) * (1.0 - t * t) + (t * 0.5 + 0.5)
 
 
 CLASSES = (Raw, Relu, ReluSquare, LeakyRelu, Gelu, GeluTanh, FastGelu, Silu, FastSilu, Hardswish)

@@ -6,8 +6,8 @@ compiled kernel serves every batch shape, and compiling needs no GPU (CUTE_DSL_A
 The cache is ours: FA4's `_flash_attn_fwd/_bwd.compile_cache` are never read or written, so the `fa4`
 softmax baseline compiles and runs exactly as it would without this package.
 
-No call path reads device memory back: lengths, alpha and qk_scale reach the kernels as device tensors or
-launch arguments (alpha is a float argument; qk_scale a small fp32 tensor), never through a host sync.
+No call path reads device memory back: lengths stay on the device, alpha and qk_scale reach the kernels as
+float launch arguments and cached constant fp32 tensors, never through a host sync.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def forward_config(head_dim: int, groups: int, batch: int) -> ForwardConfig:
 # ----------------------------------------------------------------------------------------------------------
 _COMPILED: dict = {}
 _COMPILE_LOCK = threading.Lock()
-COMPILE_SECONDS: dict = {}  # key -> seconds spent compiling (or loading) it, reported in `record`
+COMPILE_SECONDS: dict = {}  # key -> seconds spent compiling it (0.0 when loaded from the kernel directory)
 _KERNEL_DIR: list = []  # [Path] once use_kernel_dir() was called
 
 
@@ -103,13 +103,14 @@ def _compiled(key, build):
                 stored = _stored_path(key)
                 if stored is not None and stored.exists():
                     fn = cute.runtime.load_module(str(stored), enable_tvm_ffi=True).func
+                    start = None
                 else:
                     fn = build()
                     if stored is not None:
                         tmp = stored.with_suffix(f".{os.getpid()}.tmp")
                         fn.export_to_c(object_file_path=str(tmp), function_name="func")
                         os.replace(tmp, stored)
-                COMPILE_SECONDS[key] = round(time.perf_counter() - start, 2)
+                COMPILE_SECONDS[key] = 0.0 if start is None else round(time.perf_counter() - start, 2)
                 _COMPILED[key] = fn
     return fn
 
@@ -233,9 +234,29 @@ def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk
 # ----------------------------------------------------------------------------------------------------------
 # backward
 # ----------------------------------------------------------------------------------------------------------
-def backward_config(head_dim: int, causal: bool) -> BwdConfig:
-    """FA4's sm90 choice: 80x128 tiles for head dim 128 (64x128 causal), 128x128 for 64; two MMA warpgroups."""
-    return _tile_size_bwd_sm90(head_dim, head_dim, causal, False)
+@dataclass(frozen=True)
+class BackwardPlan:
+    cfg: BwdConfig  # FA4's tile configuration
+    split: bool  # pointwise split around the dP GEMM (bwd.py) or fused after it
+
+    @property
+    def variant(self) -> str:
+        return f"{'split' if self.split else 'fused'}{self.cfg.m_block_size}"
+
+
+def backward_plan(head_dim: int, causal: bool, max_q: int, max_kv: int) -> BackwardPlan:
+    """Tiles and pointwise schedule of the backward, by measurement (NOTES.md, H200 run 2):
+    - head dim 128, causal: FA4's causal tiles (64x128), split pointwise;
+    - head dim 128, queries at least twice as long as keys (set 2, KV 256): FA4's 80x128 tiles, fused
+      pointwise — 1.04-1.10x the 64x128 split one there;
+    - head dim 128 otherwise: 64x128 tiles, split pointwise — 1.03-1.09x the 80x128 fused one on set 1
+      (80x128 split spills 21 registers and lost to both everywhere);
+    - head dim 64: FA4's 128x128 tiles, fused (the split one spills 29 registers; not timed)."""
+    if head_dim <= 64:
+        return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, causal, False), False)
+    if not causal and max_q >= 2 * max_kv:
+        return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, False, False), False)
+    return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, True, False), True)  # FA4's causal = 64x128
 
 
 def _padded_rows(total: int, batch: int, tile: int) -> int:
@@ -248,7 +269,7 @@ def _hdim_multiple(cfg: BwdConfig) -> int:
     return 64 if cfg.dKV_swapAB else 32
 
 
-def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal: bool, cfg: BwdConfig,
+def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal: bool, plan: BackwardPlan,
                       hint: bool):
     act = activations.build(activation, DEVICE_OPS)
     sym = cute.sym_int
@@ -265,7 +286,8 @@ def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal
     else:
         dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
     cu_q, cu_k = _fake_i32_vector(b1), _fake_i32_vector(b1)
-    kernel = GDPABackwardSm90(dtype, head_dim, groups, activation=act, is_causal=causal, cfg=cfg)
+    kernel = GDPABackwardSm90(dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg,
+                              split_pointwise=plan.split)
     return cute.compile(kernel, q, k, v, do, row_stats, row_stats, dq_accum, dk, dv, Float32(1.0), cu_q, cu_k,
                         None, None, None, None, None, None, None, AuxData(), None,
                         _fake_i32_vector(b1) if hint else None, _fake_stream(), options="--enable-tvm-ffi")
@@ -296,22 +318,24 @@ def _postprocess(accum, out, scale, offsets, dtype, head_dim, tile, num_threads,
     fn(accum, out, float(scale), offsets, None, None, cu_blocks)
 
 
-def backward_kernel(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int):
-    """(compiled backward main kernel, its config, its cache key); compiles on first use."""
-    cfg, cdtype = backward_config(head_dim, bool(causal)), TORCH_TO_CUTE[dtype]
+def backward_kernel(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int,
+                    max_q: int, max_kv: int):
+    """(compiled backward main kernel, its plan, its cache key); compiles on first use."""
+    plan, cdtype = backward_plan(head_dim, bool(causal), max_q, max_kv), TORCH_TO_CUTE[dtype]
     hint = batch > SCHEDULER_HINT_MIN_BATCH
-    key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), cfg, hint)
-    return (_compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), cfg, hint)),
-            cfg, key)
+    key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), plan, hint)
+    return (_compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint)),
+            plan, key)
 
 
-def prebuild(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int) -> list:
+def prebuild(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int,
+             max_q: int, max_kv: int) -> list:
     """Compile (or load) every kernel a forward + backward call with these arguments launches, without
     running anything: no GPU needed. Returns the cache keys."""
     keys = [forward_kernel(dtype, head_dim, groups, activation, causal, batch)[2]]
-    _, cfg, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch)
+    _, plan, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch, max_q, max_kv)
     keys.append(key)
-    hint, cdtype, mult = batch > SCHEDULER_HINT_MIN_BATCH, TORCH_TO_CUTE[dtype], _hdim_multiple(cfg)
+    cfg, hint, cdtype, mult = plan.cfg, batch > SCHEDULER_HINT_MIN_BATCH, TORCH_TO_CUTE[dtype], _hdim_multiple(plan.cfg)
     posts = [(cfg.m_block_size, 128 if cfg.dQ_single_wg else cfg.num_wg * 128, cfg.AtomLayoutMdQ, cfg.dQ_swapAB)]
     if groups > 1:
         posts.append((cfg.n_block_size, cfg.num_wg * 128, cfg.AtomLayoutNdKV, cfg.dKV_swapAB))
@@ -338,7 +362,8 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
     heads_kv, groups = k.shape[1], q.shape[1] // k.shape[1]
     if q.shape[0] == 0 or k.shape[0] == 0 or batch == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    fn, cfg, key = backward_kernel(q.dtype, head_dim, groups, activation, causal, batch)
+    fn, plan, key = backward_kernel(q.dtype, head_dim, groups, activation, causal, batch, int(max_q), int(max_kv))
+    cfg = plan.cfg
     tile_m, tile_n, mult = cfg.m_block_size, cfg.n_block_size, _hdim_multiple(cfg)
     hdim_r = (head_dim + mult - 1) // mult * mult
     hint = batch > SCHEDULER_HINT_MIN_BATCH
@@ -346,8 +371,10 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
     q_rows = _padded_rows(q.shape[0], batch, tile_m)
     with torch.cuda.device(q.device):
         dq_accum = torch.zeros(heads, q_rows * hdim_r, dtype=torch.float32, device=q.device)
-        # FA4's LSE and dPsum slots: the kernel reads qk_scale from the dPsum one and nothing from LSE
-        row_stats = _filled(q.device, (heads, _bucket(q_rows)), float(qk_scale))
+        # FA4's LSE and dPsum slots (one fp32 per query row, streamed with Q and dO): alpha and qk_scale
+        rows_alloc = (heads, _bucket(q_rows))
+        alpha_rows = _filled(q.device, rows_alloc, float(alpha))
+        qk_rows = _filled(q.device, rows_alloc, float(qk_scale))
         if groups > 1:
             k_rows = _padded_rows(k.shape[0], batch, tile_n)
             dk_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
@@ -356,18 +383,22 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
             dk_out, dv_out = dk, dv
         cu_blocks_q = _tile_counts(q_offsets, tile_m) if hint else None
         cu_blocks_k = _tile_counts(kv_offsets, tile_n) if hint else None
-        fn(q, k, v, do, row_stats, row_stats, dq_accum, dk_out, dv_out, float(alpha), q_offsets, kv_offsets,
+        # FA4 scales dK by its softmax_scale in the epilogue and dQ in the postprocess: alpha * qk_scale
+        # there, so the pointwise computes dS without either
+        grad_scale = float(alpha) * float(qk_scale)
+        fn(q, k, v, do, alpha_rows, qk_rows, dq_accum, dk_out, dv_out, grad_scale, q_offsets, kv_offsets,
            None, None, None, None, None, None, None, AuxData(None, None), None, cu_blocks_k)
         post_threads = 128 if cfg.dQ_single_wg else cfg.num_wg * 128
-        _postprocess(dq_accum, dq, alpha, q_offsets, dtype, head_dim, tile_m, post_threads, cfg.AtomLayoutMdQ,
+        _postprocess(dq_accum, dq, grad_scale, q_offsets, dtype, head_dim, tile_m, post_threads, cfg.AtomLayoutMdQ,
                      cfg.dQ_swapAB, mult, cu_blocks_q)
         if groups > 1:
-            for accum, out, scale in ((dk_out, dk, alpha), (dv_out, dv, 1.0)):
+            for accum, out, scale in ((dk_out, dk, grad_scale), (dv_out, dv, 1.0)):
                 _postprocess(accum, out, scale, kv_offsets, dtype, head_dim, tile_n, cfg.num_wg * 128,
                              cfg.AtomLayoutNdKV, cfg.dKV_swapAB, mult, cu_blocks_k)
     if record is not None:
         record["hopper_bwd"] = {"kernel": "GDPABackwardSm90 (FA4 FlashAttentionBackwardSm90) + FA4 dQ postprocess",
-                                "tile": [tile_m, tile_n], "gqa_accumulators": groups > 1,
+                                "tile": [tile_m, tile_n], "pointwise": "split" if plan.split else "fused",
+                                "gqa_accumulators": groups > 1,
                                 "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if hint else ""),
                                 "activation": activation, "compile_s": COMPILE_SECONDS.get(key, 0.0)}
     return dq, dk, dv
@@ -381,7 +412,7 @@ def _bucket(n: int) -> int:
 __all__ = [
     "ForwardConfig",
     "backward",
-    "backward_config",
+    "backward_plan",
     "compiled_keys",
     "forward",
     "forward_config",
