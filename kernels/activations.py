@@ -3,10 +3,11 @@
 Names are stable: configs and results refer to them. The Triton kernels implement the same table in
 `kernels/gdpa/activations.py`; `fast_*` differ there only by using the hardware tanh approximation.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -11,9 +11,11 @@ Its kernels are JIT-compiled (CuTe DSL) on the first call for each configuration
 flash_attn is imported lazily: this module imports on machines without it (the provider then reports
 itself unavailable with the install hint).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -26,7 +28,8 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def _import_varlen_func() -> Callable[..., Any]:
-    from flash_attn.cute import flash_attn_varlen_func  # noqa: PLC0415 (lazy on purpose)
+    from flash_attn.cute import flash_attn_varlen_func  # lazy on purpose
+
     return flash_attn_varlen_func
 
 
@@ -39,7 +42,7 @@ def _package_reason() -> str | None:
         if missing.split(".")[0] in ("flash_attn", "") or "flash_attn" in str(exc):
             return f"flash-attn-4 not installed ({INSTALL_HINT})"
         return f"flash-attn-4 is installed but a dependency is missing: {exc} ({INSTALL_HINT})"
-    except Exception as exc:  # noqa: BLE001 - any import-time failure is a reason, not a crash
+    except Exception as exc:  # any import-time failure is a reason, not a crash
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return f"flash-attn-4 failed to import: {type(exc).__name__}: {first}"
     return None
@@ -50,8 +53,10 @@ class FA4Provider(Provider):
     name = "fa4"
     semantics = "softmax"
     process_setup_s = 20.0  # CuTe DSL JIT of the fwd and bwd kernels, cached in-process
-    description = ("FlashAttention-4 (flash-attn-4 4.0.0b36, CuTe DSL) flash_attn_varlen_func on the "
-                   "jagged layout; softmax; Hopper sm90 / Blackwell sm10x; fwd + bwd via its autograd")
+    description = (
+        "FlashAttention-4 (flash-attn-4 4.0.0b36, CuTe DSL) flash_attn_varlen_func on the "
+        "jagged layout; softmax; Hopper sm90 / Blackwell sm10x; fwd + bwd via its autograd"
+    )
 
     def availability(self, device: torch.device) -> str | None:
         reason = _package_reason()
@@ -65,8 +70,10 @@ class FA4Provider(Provider):
         major, minor = torch.cuda.get_device_capability(device)
         if major not in (9, 10) or (major == 9 and minor != 0):
             name = torch.cuda.get_device_name(device)
-            return ("needs an NVIDIA GPU of compute capability 9.0 (Hopper) or 10.x (Blackwell); "
-                    f"found {name} sm_{major}{minor}")
+            return (
+                "needs an NVIDIA GPU of compute capability 9.0 (Hopper) or 10.x (Blackwell); "
+                f"found {name} sm_{major}{minor}"
+            )
         return None
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
@@ -74,8 +81,10 @@ class FA4Provider(Provider):
         if batch.dtype not in SUPPORTED_DTYPES:
             return f"FA4 runs fp16/bf16 only, not {str(batch.dtype).replace('torch.', '')}"
         if batch.D not in SUPPORTED_HEAD_DIMS:
-            return (f"head dim {batch.D} not supported by this FA4 provider "
-                    f"(allowed: {', '.join(map(str, SUPPORTED_HEAD_DIMS))})")
+            return (
+                f"head dim {batch.D} not supported by this FA4 provider "
+                f"(allowed: {', '.join(map(str, SUPPORTED_HEAD_DIMS))})"
+            )
         if batch.k.shape[2] != batch.D or batch.v.shape[2] != batch.D:
             return "FA4 provider needs the same head dim for q, k and v"
         if batch.H % batch.Hkv != 0:
@@ -85,10 +94,17 @@ class FA4Provider(Provider):
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
         fn = _import_varlen_func()
         # Keywords only: the 4th positional parameter of flash_attn_varlen_func is `qv` (MLA).
-        res = fn(batch.q, batch.k, batch.v,
-                 cu_seqlens_q=batch.q_offsets, cu_seqlens_k=batch.kv_offsets,
-                 max_seqlen_q=int(batch.max_q), max_seqlen_k=int(batch.max_kv),
-                 softmax_scale=spec.resolved_softmax_scale(batch.D), causal=bool(spec.causal))
+        res = fn(
+            batch.q,
+            batch.k,
+            batch.v,
+            cu_seqlens_q=batch.q_offsets,
+            cu_seqlens_k=batch.kv_offsets,
+            max_seqlen_q=int(batch.max_q),
+            max_seqlen_k=int(batch.max_kv),
+            softmax_scale=spec.resolved_softmax_scale(batch.D),
+            causal=bool(spec.causal),
+        )
         return res[0] if isinstance(res, (tuple, list)) else res
 
     def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str) -> Callable[[], Any]:

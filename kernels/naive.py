@@ -5,6 +5,7 @@ shapes, so one compilation serves every max length). Padding and unpadding happe
 call, as a user pays them. The padded score tensor is B·H·maxLq·maxLk elements: at the peer's largest
 shapes it does not fit, and those cases are recorded as out of memory.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,12 +28,23 @@ def _padded_rows(offsets: torch.Tensor, max_len: int, n: int) -> torch.Tensor:
 def _pad(x: torch.Tensor, rows: torch.Tensor, B: int, max_len: int) -> torch.Tensor:
     """[ΣL, H, D] -> [B, max_len, H, D], zeros past each sequence's end. Whole rows are copied by one
     row index (index_copy), not element by element through a (batch, position) index pair."""
-    flat = x.new_zeros((B * max_len,) + tuple(x.shape[1:])).index_copy(0, rows, x)
-    return flat.view((B, max_len) + tuple(x.shape[1:]))
+    flat = x.new_zeros((B * max_len, *x.shape[1:])).index_copy(0, rows, x)
+    return flat.view((B, max_len, *x.shape[1:]))
 
 
-def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activation: str, alpha: float,
-               qk_scale: float, causal: bool) -> torch.Tensor:
+def naive_gdpa(
+    q,
+    k,
+    v,
+    q_offsets,
+    kv_offsets,
+    max_q: int,
+    max_kv: int,
+    activation: str,
+    alpha: float,
+    qk_scale: float,
+    causal: bool,
+) -> torch.Tensor:
     B = q_offsets.numel() - 1
     q_rows = _padded_rows(q_offsets, max_q, q.shape[0])
     kv_rows = _padded_rows(kv_offsets, max_kv, k.shape[0])
@@ -57,7 +69,7 @@ def naive_gdpa(q, k, v, q_offsets, kv_offsets, max_q: int, max_kv: int, activati
         keep = keep & torch.ones(max_q, max_kv, dtype=torch.bool, device=q.device).tril()
     p = p.masked_fill(~keep, 0.0)
     o = torch.matmul(p.to(vh.dtype), vh).transpose(1, 2)  # [B, Lq, H, D]
-    o = o.reshape((B * max_q,) + tuple(o.shape[2:])).index_select(0, q_rows)
+    o = o.reshape((B * max_q, *o.shape[2:])).index_select(0, q_rows)
     return o * qk_scale if qk_scale != 1.0 else o
 
 
@@ -68,8 +80,19 @@ class _NaiveBase(Provider):
         return naive_gdpa
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
-        return self._fn()(batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, batch.max_q,
-                          batch.max_kv, spec.activation, spec.alpha, spec.qk_scale, spec.causal)
+        return self._fn()(
+            batch.q,
+            batch.k,
+            batch.v,
+            batch.q_offsets,
+            batch.kv_offsets,
+            batch.max_q,
+            batch.max_kv,
+            spec.activation,
+            spec.alpha,
+            spec.qk_scale,
+            spec.causal,
+        )
 
 
 @register
@@ -78,11 +101,12 @@ class NaiveEager(_NaiveBase):
     description = "eager PyTorch: pad, matmul, activation, mask, matmul, unpad"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled():
     # Inductor donates saved buffers to the backward by default, which forbids retain_graph=True: the
     # `bwd` mode replays one backward graph many times, so donation must be off (it only saves memory).
     import torch._functorch.config as functorch_config
+
     functorch_config.donated_buffer = False
     return torch.compile(naive_gdpa, dynamic=True)
 

@@ -5,9 +5,10 @@ j ≥ Lk do not exist, causal keeps j ≤ i (top-left aligned, HSTU). `softmax_r
 softmax attention, causal bottom-right aligned as FlashAttention does it (identical when Lq == Lk).
 Both are differentiable, so gradients come from autograd on the same code.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -43,8 +44,7 @@ def softmax_sequence(q, k, v, spec: CaseSpec) -> torch.Tensor:
     k, v = _expand_kv(k, groups), _expand_kv(v, groups)
     s = spec.resolved_softmax_scale(q.shape[-1]) * torch.einsum("qhd,khd->hqk", q, k)
     if spec.causal:
-        s = s.masked_fill(~_causal_mask(q.shape[0], k.shape[0], q.device, bottom_right=True),
-                          float("-inf"))
+        s = s.masked_fill(~_causal_mask(q.shape[0], k.shape[0], q.device, bottom_right=True), float("-inf"))
     p = torch.softmax(s, dim=-1)
     p = torch.nan_to_num(p)  # a fully masked row (or Lk == 0) attends to nothing: output 0
     return torch.einsum("hqk,khd->qhd", p, v)
@@ -53,9 +53,14 @@ def softmax_sequence(q, k, v, spec: CaseSpec) -> torch.Tensor:
 SEQUENCE_FNS = {"gdpa": gdpa_sequence, "softmax": softmax_sequence}
 
 
-def reference_outputs(batch: JaggedBatch, spec: CaseSpec, semantics: str = "gdpa",
-                      seqs: Sequence[int] | None = None, dtype: torch.dtype = torch.float32,
-                      grads: bool = False):
+def reference_outputs(
+    batch: JaggedBatch,
+    spec: CaseSpec,
+    semantics: str = "gdpa",
+    seqs: Sequence[int] | None = None,
+    dtype: torch.dtype = torch.float32,
+    grads: bool = False,
+):
     """Reference output rows of the chosen sequences (concatenated in order), and optionally grads.
 
     Returns (out, None) or (out, (dq, dk, dv)) where each tensor holds only the rows of `seqs` (q rows
@@ -81,7 +86,7 @@ def reference_outputs(batch: JaggedBatch, spec: CaseSpec, semantics: str = "gdpa
             dks.append(torch.zeros_like(k) if dk is None else dk)
             dvs.append(torch.zeros_like(v) if dv is None else dv)
         outs.append(o.detach())
-    out = torch.cat(outs) if outs else batch.q.new_zeros((0,) + tuple(batch.q.shape[1:]), dtype=dtype)
+    out = torch.cat(outs) if outs else batch.q.new_zeros((0, *batch.q.shape[1:]), dtype=dtype)
     if not grads:
         return out, None
     return out, (torch.cat(dqs), torch.cat(dks), torch.cat(dvs))

@@ -9,6 +9,7 @@ Options: a provider may take named options (a config's provider entry
 the provider is instantiated (`get_provider(name, options)`), so a bad option is an error at config
 load, never mid-sweep; `options_record()` is what the runner stores per case as `provider_options`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -100,9 +101,11 @@ class Provider:
         """
         if mode == "fwd":
             b = batch
+
             def run_fwd():
                 with torch.no_grad():
                     return self.forward(b, spec)
+
             return run_fwd
         b = batch.with_grad()
         inputs = (b.q, b.k, b.v)
@@ -111,9 +114,11 @@ class Provider:
             out = self.forward(b, spec)
             return lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)
         if mode == "fwd_bwd":
+
             def run_fwd_bwd():
                 out = self.forward(b, spec)
                 return torch.autograd.grad(out, inputs, dout)
+
             return run_fwd_bwd
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
 

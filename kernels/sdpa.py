@@ -13,11 +13,13 @@ Causal: `is_causal=True` is top-left aligned in torch; the softmax reference (an
 bottom-right aligned. They agree when Lq == Lk, so causal with max_q != max_kv is unsupported.
 GQA: `enable_gqa=True` where torch's SDPA has it (2.5+), else k/v are expanded inside `forward`.
 """
+
 from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -29,10 +31,11 @@ from workloads.batch import JaggedBatch
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
 
-JAGGED_REASON = ("dense SDPA backend cannot mask padded keys; jagged lengths (fill < 1) need a varlen "
-                 "kernel")
-CAUSAL_REASON = ("causal with Lq != Lk: torch SDPA's is_causal is top-left aligned, the softmax "
-                 "reference (FlashAttention convention) is bottom-right aligned")
+JAGGED_REASON = "dense SDPA backend cannot mask padded keys; jagged lengths (fill < 1) need a varlen kernel"
+CAUSAL_REASON = (
+    "causal with Lq != Lk: torch SDPA's is_causal is top-left aligned, the softmax "
+    "reference (FlashAttention convention) is bottom-right aligned"
+)
 
 
 def _sdpa_has_enable_gqa() -> bool:
@@ -47,6 +50,7 @@ HAS_ENABLE_GQA = _sdpa_has_enable_gqa()
 
 # ---- jagged <-> dense (full-length batches only) -------------------------------------------------
 
+
 def is_full_length(batch: JaggedBatch) -> bool:
     """True when every sequence has exactly max_q query rows and max_kv key rows (no padding)."""
     return bool(np.all(batch.q_lengths == batch.max_q) and np.all(batch.kv_lengths == batch.max_kv))
@@ -55,8 +59,9 @@ def is_full_length(batch: JaggedBatch) -> bool:
 def to_dense(x: torch.Tensor, B: int, L: int) -> torch.Tensor:
     """`[B·L, H, D]` → `[B, H, L, D]` as a view (full-length rows only: no padding is added)."""
     if x.shape[0] != B * L:
-        raise ValueError(f"to_dense: {x.shape[0]} rows is not B·L = {B}·{L}; only full-length batches "
-                         "convert without padding")
+        raise ValueError(
+            f"to_dense: {x.shape[0]} rows is not B·L = {B}·{L}; only full-length batches convert without padding"
+        )
     return x.view(B, L, x.shape[1], x.shape[2]).transpose(1, 2)
 
 
@@ -72,7 +77,7 @@ def dense_sdpa(batch: JaggedBatch, spec: CaseSpec, backends: Sequence) -> torch.
     Differentiable with respect to batch.q/k/v. The `sdpa_kernel` context is entered on every call
     (a few µs of Python) because the restriction must hold while the kernel is chosen.
     """
-    from torch.nn.attention import sdpa_kernel  # noqa: PLC0415
+    from torch.nn.attention import sdpa_kernel
 
     B = batch.B
     q = to_dense(batch.q, B, batch.max_q)
@@ -86,12 +91,14 @@ def dense_sdpa(batch: JaggedBatch, spec: CaseSpec, backends: Sequence) -> torch.
             groups = batch.H // batch.Hkv
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     with sdpa_kernel(list(backends)):
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(spec.causal),
-                                           scale=spec.resolved_softmax_scale(batch.D), **kwargs)
+        o = F.scaled_dot_product_attention(
+            q, k, v, is_causal=bool(spec.causal), scale=spec.resolved_softmax_scale(batch.D), **kwargs
+        )
     return from_dense(o)
 
 
 # ---- availability -----------------------------------------------------------------------------
+
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
@@ -124,17 +131,19 @@ def _torch_backend_reason(batch: JaggedBatch, spec: CaseSpec, backend_name: str)
         return None
     msgs = [str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()]
     return f"torch says the {backend_name} SDPA backend cannot run this case: " + (
-        "; ".join(dict.fromkeys(msgs)) or "no reason given")
+        "; ".join(dict.fromkeys(msgs)) or "no reason given"
+    )
 
 
 class _DenseSDPA(Provider):
     semantics = "softmax"
     backend_attr: str = ""  # SDPBackend member name
     backend_name: str = ""  # flash | cudnn (torch.backends.cuda.can_use_<name>_attention)
-    _trial: dict = {}  # (provider, device index) -> {fwd, bwd: reason|None}; per process
+    _trial: ClassVar[dict] = {}  # (provider, device index) -> {fwd, bwd: reason|None}; per process
 
     def _backend(self):
-        from torch.nn.attention import SDPBackend  # noqa: PLC0415
+        from torch.nn.attention import SDPBackend
+
         return getattr(SDPBackend, self.backend_attr)
 
     def _static_availability(self) -> str | None:
@@ -161,23 +170,29 @@ class _DenseSDPA(Provider):
     def _trial_call(self, device: torch.device) -> dict:
         """A tiny forward, then backward, with only this backend allowed: the real usability test.
         Returns {"fwd": reason|None, "bwd": reason|None}."""
-        from workloads.batch import make_batch  # noqa: PLC0415
+        from workloads.batch import make_batch
+
         gpu = torch.cuda.get_device_name(device)
-        b = make_batch([128, 128], [128, 128], H=2, D=64, dtype=torch.bfloat16, device=device,
-                       seed=0).with_grad()
+        b = make_batch([128, 128], [128, 128], H=2, D=64, dtype=torch.bfloat16, device=device, seed=0).with_grad()
         try:
             out = dense_sdpa(b, CaseSpec(), [self._backend()])
             torch.cuda.synchronize(device)
-        except Exception as exc:  # noqa: BLE001 - the failure is the reason
-            reason = (f"the {self.backend_attr} SDPA backend is not usable on {gpu}: trial call "
-                      f"failed ({_first_line(exc)})")
+        except Exception as exc:  # the failure is the reason
+            reason = (
+                f"the {self.backend_attr} SDPA backend is not usable on {gpu}: trial call failed ({_first_line(exc)})"
+            )
             return {"fwd": reason, "bwd": reason}
         try:
             torch.autograd.grad(out, (b.q, b.k, b.v), torch.ones_like(out))
             torch.cuda.synchronize(device)
-        except Exception as exc:  # noqa: BLE001
-            return {"fwd": None, "bwd": (f"the {self.backend_attr} SDPA backward is not usable on "
-                                         f"{gpu}: trial call failed ({_first_line(exc)})")}
+        except Exception as exc:  # the failure is the reason
+            return {
+                "fwd": None,
+                "bwd": (
+                    f"the {self.backend_attr} SDPA backward is not usable on "
+                    f"{gpu}: trial call failed ({_first_line(exc)})"
+                ),
+            }
         return {"fwd": None, "bwd": None}
 
     def _bwd_reason(self, device: torch.device) -> str | None:
@@ -209,8 +224,10 @@ class _DenseSDPA(Provider):
 @register
 class SDPAFlashProvider(_DenseSDPA):
     name = "sdpa_flash"
-    description = ("torch SDPA forced to SDPBackend.FLASH_ATTENTION (FlashAttention-2 in torch) on the "
-                   "dense [B,H,L,D] view; full-length batches only (no key-padding mask)")
+    description = (
+        "torch SDPA forced to SDPBackend.FLASH_ATTENTION (FlashAttention-2 in torch) on the "
+        "dense [B,H,L,D] view; full-length batches only (no key-padding mask)"
+    )
     backend_attr = "FLASH_ATTENTION"
     backend_name = "flash"
 
@@ -226,8 +243,10 @@ class SDPAFlashProvider(_DenseSDPA):
 @register
 class SDPACuDNNProvider(_DenseSDPA):
     name = "sdpa_cudnn"
-    description = ("torch SDPA forced to SDPBackend.CUDNN_ATTENTION (cuDNN fused attention) on the "
-                   "dense [B,H,L,D] view; full-length batches only (no key-padding mask)")
+    description = (
+        "torch SDPA forced to SDPBackend.CUDNN_ATTENTION (cuDNN fused attention) on the "
+        "dense [B,H,L,D] view; full-length batches only (no key-padding mask)"
+    )
     backend_attr = "CUDNN_ATTENTION"
     backend_name = "cudnn"
 

@@ -17,12 +17,14 @@ parameters instead of being hard-coded:
 A feature the installed signature lacks makes the case unsupported, with the reason; nothing is
 emulated.
 """
+
 from __future__ import annotations
 
 import functools
 import importlib
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 
@@ -33,21 +35,23 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load() -> tuple[Callable[..., Any] | None, str | None]:
     """(varlen_attn, None) or (None, reason)."""
     try:
         varlen = importlib.import_module("torch.nn.attention.varlen")
     except ImportError:
-        return None, (f"torch {torch.__version__} has no torch.nn.attention.varlen "
-                      "(PyTorch's varlen attention needs a newer torch)")
+        return None, (
+            f"torch {torch.__version__} has no torch.nn.attention.varlen "
+            "(PyTorch's varlen attention needs a newer torch)"
+        )
     fn = getattr(varlen, "varlen_attn", None)
     if fn is None:
         return None, f"torch {torch.__version__}: torch.nn.attention.varlen has no varlen_attn"
     return fn, None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _params() -> dict[str, inspect.Parameter]:
     """The installed varlen_attn's parameters (read once: no inspect in the timed call)."""
     fn, _ = _load()
@@ -73,9 +77,11 @@ def varlen_kwargs(batch: JaggedBatch, spec: CaseSpec, params: dict) -> tuple[dic
     scale = spec.resolved_softmax_scale(batch.D)
     if "scale" in params:
         kw["scale"] = scale
-    elif abs(scale * batch.D ** 0.5 - 1.0) > 1e-12:
-        return None, (f"torch {version} varlen_attn has no scale argument (fixed 1/sqrt(D)); "
-                      f"softmax_scale={scale} is not expressible")
+    elif abs(scale * batch.D**0.5 - 1.0) > 1e-12:
+        return None, (
+            f"torch {version} varlen_attn has no scale argument (fixed 1/sqrt(D)); "
+            f"softmax_scale={scale} is not expressible"
+        )
     if batch.Hkv != batch.H:
         if "enable_gqa" in params:
             kw["enable_gqa"] = True
@@ -88,13 +94,15 @@ def varlen_kwargs(batch: JaggedBatch, spec: CaseSpec, params: dict) -> tuple[dic
 class TorchVarlenProvider(Provider):
     name = "torch_varlen"
     semantics = "softmax"
-    description = ("torch.nn.attention.varlen.varlen_attn (aten FlashAttention-2 varlen kernel) on the "
-                   "jagged layout; softmax; fwd + bwd via its registered autograd")
+    description = (
+        "torch.nn.attention.varlen.varlen_attn (aten FlashAttention-2 varlen kernel) on the "
+        "jagged layout; softmax; fwd + bwd via its registered autograd"
+    )
 
-    _trial: dict = {}  # device index -> {"fwd": reason|None, "bwd": reason|None}
+    _trial: ClassVar[dict] = {}  # device index -> {"fwd": reason|None, "bwd": reason|None}
 
     def availability(self, device: torch.device) -> str | None:
-        fn, reason = _load()
+        _fn, reason = _load()
         if reason:
             return reason
         if not torch.cuda.is_available():
@@ -104,8 +112,10 @@ class TorchVarlenProvider(Provider):
             return f"runs on CUDA devices only, not {device}"
         major, minor = torch.cuda.get_device_capability(device)
         if major < 8:
-            return (f"needs an NVIDIA GPU of compute capability >= 8.0 (FlashAttention-2); found "
-                    f"{torch.cuda.get_device_name(device)} sm_{major}{minor}")
+            return (
+                f"needs an NVIDIA GPU of compute capability >= 8.0 (FlashAttention-2); found "
+                f"{torch.cuda.get_device_name(device)} sm_{major}{minor}"
+            )
         return self._trial_result(device)["fwd"]
 
     def _trial_result(self, device: torch.device) -> dict:
@@ -116,19 +126,21 @@ class TorchVarlenProvider(Provider):
 
     def _trial_call(self, device: torch.device) -> dict:
         """Tiny forward, then backward, on this device: what the installed torch can really do."""
-        from workloads.batch import make_batch  # noqa: PLC0415
+        from workloads.batch import make_batch
+
         result = {"fwd": None, "bwd": None}
         b = make_batch([3, 64], [5, 64], H=2, D=64, dtype=torch.bfloat16, device=device).with_grad()
         try:
             out = self.forward(b, CaseSpec())
             torch.cuda.synchronize(device)
-        except Exception as exc:  # noqa: BLE001
-            result["fwd"] = result["bwd"] = f"torch {torch.__version__} varlen_attn trial call failed: {_first_line(exc)}"
+        except Exception as exc:  # the failure is the reason
+            reason = f"torch {torch.__version__} varlen_attn trial call failed: {_first_line(exc)}"
+            result["fwd"] = result["bwd"] = reason
             return result
         try:
             torch.autograd.grad(out, (b.q, b.k, b.v), torch.ones_like(out))
             torch.cuda.synchronize(device)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # the failure is the reason
             result["bwd"] = f"torch {torch.__version__} varlen_attn has no working backward: {_first_line(exc)}"
         return result
 
@@ -159,8 +171,9 @@ class TorchVarlenProvider(Provider):
         kw, reason = varlen_kwargs(batch, spec, _params())
         if kw is None:
             raise RuntimeError(reason)
-        out = fn(batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets,
-                 int(batch.max_q), int(batch.max_kv), **kw)
+        out = fn(
+            batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, int(batch.max_q), int(batch.max_kv), **kw
+        )
         return out[0] if isinstance(out, (tuple, list)) else out
 
 

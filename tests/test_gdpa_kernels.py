@@ -6,6 +6,7 @@ alpha/qk_scale != 1, every activation, causal and not, pinned tiles through GDPA
 poisoned with NaN before each call (kernels.gdpa.launch.poisoned_outputs), so an element the kernel
 forgets to write fails the comparison. GPU (`-m gpu`): bf16 at the peer shapes.
 """
+
 import math
 
 import numpy as np
@@ -35,13 +36,41 @@ def rel(a, b):
     return e if math.isfinite(e) else math.inf  # max() skips a NaN that is not first: make it the worst
 
 
-def run_and_compare(q_len, kv_len, *, H=4, Hkv=2, D=16, dtype=torch.float32, act="fast_gelu", alpha=0.7,
-                    qk_scale=1.3, causal=False, seed=None, device="cpu", options=TRITON, record=None):
+def run_and_compare(
+    q_len,
+    kv_len,
+    *,
+    H=4,
+    Hkv=2,
+    D=16,
+    dtype=torch.float32,
+    act="fast_gelu",
+    alpha=0.7,
+    qk_scale=1.3,
+    causal=False,
+    seed=None,
+    device="cpu",
+    options=TRITON,
+    record=None,
+):
     seed = np.random.SeedSequence().entropy % 2**31 if seed is None else seed  # fresh inputs each case
     b = make_batch(q_len, kv_len, H=H, Hkv=Hkv, D=D, dtype=dtype, device=device, seed=seed)
     bg = b.with_grad()
-    out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, activation=act,
-               alpha=alpha, qk_scale=qk_scale, causal=causal, options=options, record=record)
+    out = gdpa(
+        bg.q,
+        bg.k,
+        bg.v,
+        b.q_offsets,
+        b.kv_offsets,
+        b.max_q,
+        b.max_kv,
+        activation=act,
+        alpha=alpha,
+        qk_scale=qk_scale,
+        causal=causal,
+        options=options,
+        record=record,
+    )
     grads = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
     spec = CaseSpec(activation=act, alpha=alpha, qk_scale=qk_scale, causal=causal)
     ref, rgrads = reference_outputs(b, spec, grads=True, dtype=torch.float64)
@@ -55,14 +84,12 @@ KV_LEN = [7, 3, 0, 40, 1, 16]
 SKEWED_SMALL = [3, 0, 1, 70, 2, 0, 3, 1, 2, 3, 1, 2]  # one long history among short ones, and empties
 
 
-@pytest.mark.parametrize("causal,tiles", [(False, (16, 16)), (True, (16, 16)), (False, (16, 32)),
-                                          (True, (32, 16))])
+@pytest.mark.parametrize("causal,tiles", [(False, (16, 16)), (True, (16, 16)), (False, (16, 32)), (True, (32, 16))])
 def test_pinned_tiles_match_reference(poisoned, causal, tiles):
     """Tiles pinned through GDPAOptions in forward, dK/dV and dQ, on the small jagged batch and a skewed
     one; every output element checked. Unequal BLOCK_M / BLOCK_N tell the query-tiled kernels' grids
     from the key-tiled dK/dV one."""
-    opts = GDPAOptions(backend="triton", fwd_tiles=(*tiles, 4, 1), dkdv_tiles=(*tiles, 4, 1),
-                       dq_tiles=(*tiles, 4, 1))
+    opts = GDPAOptions(backend="triton", fwd_tiles=(*tiles, 4, 1), dkdv_tiles=(*tiles, 4, 1), dq_tiles=(*tiles, 4, 1))
     for q_len, kv_len in ((Q_LEN, Q_LEN if causal else KV_LEN), (SKEWED_SMALL, SKEWED_SMALL)):
         record = {}
         errs, seed = run_and_compare(q_len, kv_len, act="fast_gelu", causal=causal, options=opts, record=record)
@@ -86,8 +113,9 @@ def test_forward_and_grads_every_activation(poisoned, act, causal):
 
 
 def test_fp16_mha_and_nonpow2_lengths(poisoned):
-    errs, seed = run_and_compare([31, 2, 19], [23, 45, 1], H=2, Hkv=2, D=32, dtype=torch.float16,
-                                 act="silu", alpha=0.5, qk_scale=0.25)
+    errs, seed = run_and_compare(
+        [31, 2, 19], [23, 45, 1], H=2, Hkv=2, D=32, dtype=torch.float16, act="silu", alpha=0.5, qk_scale=0.25
+    )
     assert max(errs) < 5e-3, f"seed {seed}: {errs}"
 
 
@@ -127,8 +155,7 @@ def test_zero_length_partner_gets_zero_gradient(poisoned):
 
 def _args(**over):
     b = make_batch([3, 4], [2, 5], H=4, Hkv=2, D=16, dtype=torch.float32)
-    a = dict(q=b.q, k=b.k, v=b.v, q_offsets=b.q_offsets, kv_offsets=b.kv_offsets, max_seq_len_q=4,
-             max_seq_len_kv=5)
+    a = dict(q=b.q, k=b.k, v=b.v, q_offsets=b.q_offsets, kv_offsets=b.kv_offsets, max_seq_len_q=4, max_seq_len_kv=5)
     a.update(over)
     return a
 
@@ -138,8 +165,10 @@ HOST_CHECKS = [
     (lambda a: dict(q=a["q"].to(torch.int32)), "not supported"),
     (lambda a: dict(q_offsets=a["q_offsets"].long()), "q_offsets must be int32"),
     (lambda a: dict(q=torch.zeros(7, 3, 16)), "H (3) must be a multiple of Hkv (2)"),
-    (lambda a: dict(q=torch.zeros(7, 4, 24), k=torch.zeros(7, 2, 24), v=torch.zeros(7, 2, 24)),
-     "head_dim 24 not supported"),
+    (
+        lambda a: dict(q=torch.zeros(7, 4, 24), k=torch.zeros(7, 2, 24), v=torch.zeros(7, 2, 24)),
+        "head_dim 24 not supported",
+    ),
     (lambda a: dict(kv_offsets=torch.tensor([0, 2], dtype=torch.int32)), "both are [B+1]"),
     (lambda a: dict(v=a["v"][:, :1]), "same shape"),
     (lambda a: dict(max_seq_len_q=torch.tensor(4)), "max_seq_len_q must be an integer >= 0, got a tensor"),
@@ -204,8 +233,12 @@ def test_device_mismatch_is_rejected():
 
 
 # ---------------------------------------------------------------------------------------------- GPU
-PEER = [("set1 L=2048 fill=1.0", 2048, 1.0, None), ("set1 L=1024 fill=0.5", 1024, 0.5, None),
-        ("set2 L=2048 kv=256", 2048, 1.0, 256), ("set1 L=256 fill=0.5", 256, 0.5, None)]
+PEER = [
+    ("set1 L=2048 fill=1.0", 2048, 1.0, None),
+    ("set1 L=1024 fill=0.5", 1024, 0.5, None),
+    ("set2 L=2048 kv=256", 2048, 1.0, 256),
+    ("set1 L=256 fill=0.5", 256, 0.5, None),
+]
 
 
 @pytest.mark.gpu
@@ -214,27 +247,28 @@ def test_gpu_bf16_peer_shapes(name, L, fill, kv):
     from bench.runner import correctness
     from kernels.registry import get_provider
     from workloads import sample_lengths
+
     q_len = sample_lengths("uniform_fill", 1152, L, seed=int(torch.randint(1000, ())), fill=fill)
     kv_len = np.full_like(q_len, kv or L)
-    b = make_batch(q_len, kv_len, H=4, D=128, dtype=torch.bfloat16, device="cuda",
-                   seed=int(torch.randint(1000, ())))
+    b = make_batch(q_len, kv_len, H=4, D=128, dtype=torch.bfloat16, device="cuda", seed=int(torch.randint(1000, ())))
     for mode in ("fwd", "bwd"):
-        res = correctness(get_provider("gdpa_triton"), b, CaseSpec(mode=mode, activation="fast_gelu"), mode,
-                          2e-2, 16, 0)
+        res = correctness(
+            get_provider("gdpa_triton"), b, CaseSpec(mode=mode, activation="fast_gelu"), mode, 2e-2, 16, 0
+        )
         assert res["passed"], (name, mode, res)
 
 
 # one tile config per kernel: these tests check math, and autotuning would compile every config
-ONE_CONFIG = GDPAOptions(backend="triton", fwd_tiles=(64, 64, 4, 2), dkdv_tiles=(64, 64, 4, 2),
-                         dq_tiles=(64, 64, 4, 2))
+ONE_CONFIG = GDPAOptions(backend="triton", fwd_tiles=(64, 64, 4, 2), dkdv_tiles=(64, 64, 4, 2), dq_tiles=(64, 64, 4, 2))
 
 
 def _gpu_activation_check(act):
     for causal in (False, True):
         ql = [1, 0, 127, 130, 257, 64, 300]
         kl = ql if causal else [5, 3, 0, 128, 200, 1, 299]
-        errs, seed = run_and_compare(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act=act, causal=causal,
-                                     device="cuda", options=ONE_CONFIG)
+        errs, seed = run_and_compare(
+            ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act=act, causal=causal, device="cuda", options=ONE_CONFIG
+        )
         assert max(errs) < 2e-2 and all(math.isfinite(e) for e in errs), (act, causal, seed, errs)
 
 
@@ -254,8 +288,9 @@ def test_gpu_bf16_autotuned_on_a_skewed_batch_records_what_ran(poisoned, causal)
     ql[:4] = [0, 1, 1200, 129]
     kl = ql if causal else np.maximum(ql[::-1] - 3, 0)
     record = {}
-    errs, seed = run_and_compare(ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act="fast_gelu",
-                                 causal=causal, device="cuda", record=record)
+    errs, seed = run_and_compare(
+        ql, kl, H=4, Hkv=2, D=128, dtype=torch.bfloat16, act="fast_gelu", causal=causal, device="cuda", record=record
+    )
     assert max(errs) < 2e-2, (causal, seed, errs)
     for kernel in ("fwd", "dkdv", "dq"):
         entry = record[kernel]
@@ -268,8 +303,9 @@ def test_gpu_bf16_autotuned_on_a_skewed_batch_records_what_ran(poisoned, causal)
 def test_gpu_default_call_never_syncs(options):
     """After the first call (which compiles and autotunes), forward and backward of gdpa() run with
     CUDA's sync debug mode set to raise on any synchronizing call."""
-    b = make_batch([1, 0, 127, 300], [5, 3, 0, 299], H=4, Hkv=2, D=128, dtype=torch.bfloat16, device="cuda",
-                   seed=2).with_grad()
+    b = make_batch(
+        [1, 0, 127, 300], [5, 3, 0, 299], H=4, Hkv=2, D=128, dtype=torch.bfloat16, device="cuda", seed=2
+    ).with_grad()
 
     def call():
         out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, options=options, record={})
@@ -322,6 +358,7 @@ def test_gpu_inputs_on_a_device_that_is_not_current():
 
 def test_tiles_carry_a_register_cap_to_triton_and_back():
     from kernels.gdpa.tiles import tiles_of, triton_config
+
     assert triton_config((128, 32, 8, 3, 128)).maxnreg == 128
     assert triton_config((64, 64, 4, 2)).maxnreg is None and triton_config((64, 64, 4, 2, 0)).maxnreg is None
     assert tiles_of(triton_config((128, 32, 8, 3, 128))) == (128, 32, 8, 3, 128)
@@ -336,6 +373,7 @@ INTERPRETED = {"tiles": [16, 16, 4, 1], "source": "interpreter", "interpreter": 
 def test_provider_reports_what_its_kernels_ran_with(name, mode, kernels):
     """The harness stores this per case (`kernel_config`): two runs that autotune differently show it."""
     from kernels.registry import get_provider
+
     provider = get_provider(name)
     b = make_batch([5, 0, 17], [7, 3, 20], H=2, D=16, dtype=torch.float32, seed=0)
     other = "bwd" if mode == "fwd" else "fwd"
@@ -356,9 +394,14 @@ def test_provider_reports_what_its_kernels_ran_with(name, mode, kernels):
 
 def test_provider_pins_tiles_from_its_options():
     from kernels.registry import get_provider
+
     provider = get_provider("gdpa_triton", {"fwd_tiles": [32, 16, 4, 1], "dq_tiles": [16, 32, 2, 1]})
-    assert provider.options_record() == {"backend": "triton", "fwd_tiles": [32, 16, 4, 1], "dkdv_tiles": None,
-                                         "dq_tiles": [16, 32, 2, 1]}
+    assert provider.options_record() == {
+        "backend": "triton",
+        "fwd_tiles": [32, 16, 4, 1],
+        "dkdv_tiles": None,
+        "dq_tiles": [16, 32, 2, 1],
+    }
     b = make_batch([5, 40], [7, 20], H=2, D=16, dtype=torch.float32, seed=0)
     provider.build(b, CaseSpec(), "fwd_bwd")()
     got = provider.kernel_configs()
@@ -369,6 +412,7 @@ def test_provider_pins_tiles_from_its_options():
 
 def test_shipped_forward_tiles_allow_the_causal_mask_split():
     from kernels.gdpa.fwd import FWD_CONFIGS
+
     assert all(m % n == 0 for m, n, *_ in FWD_CONFIGS)  # the causal forward's unmasked key tiles end at m0
 
 
@@ -377,6 +421,7 @@ def test_autotune_key_tells_a_half_filled_batch_from_a_full_one():
     (two shards running cases in different orders then timed different configs: 6% apart)."""
     from kernels.gdpa import bwd, fwd
     from kernels.gdpa.launch import TUNING_KEY, tuning_key
+
     full, half = make_batch([512] * 8, [512] * 8, H=2, D=16), make_batch([256] * 8, [512] * 8, H=2, D=16)
     assert tuning_key(full.q, full.k, 512, 512) != tuning_key(half.q, half.k, 512, 512)
     assert set(tuning_key(full.q, full.k, 512, 512)) == set(TUNING_KEY)

@@ -1,5 +1,6 @@
 """Provider options contract (kernels/registry.py) and the GDPA op's options, backend dispatch, and
 that a default call never reads device memory back (CPU, Triton interpreter)."""
+
 import contextlib
 import dataclasses
 import os
@@ -45,6 +46,7 @@ def test_parse_options_runs_once_at_construction():
 
 # ------------------------------------------------------------------------------------- GDPAOptions
 
+
 def test_options_default_and_round_trip():
     opts = GDPAOptions()
     assert (opts.backend, opts.fwd_tiles, opts.dkdv_tiles, opts.dq_tiles) == ("auto", None, None, None)
@@ -53,28 +55,40 @@ def test_options_default_and_round_trip():
     assert opts.fwd_tiles == (128, 32, 8, 3, 128) and opts.to_dict() == d
     assert GDPAOptions.from_dict(opts.to_dict()) == opts
     assert GDPAOptions(backend="hopper").merged({"fwd_tiles": [64, 32, 4, 1]}).to_dict() == {
-        "backend": "hopper", "fwd_tiles": [64, 32, 4, 1], "dkdv_tiles": None, "dq_tiles": None}
+        "backend": "hopper",
+        "fwd_tiles": [64, 32, 4, 1],
+        "dkdv_tiles": None,
+        "dq_tiles": None,
+    }
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.backend = "auto"  # frozen: built once, shared by every call
 
 
-@pytest.mark.parametrize("options,message", [
-    ({"fwd_tile": [64, 32, 4, 1]},
-     "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles"),
-    ({"backend": "cuda"}, "backend: expected one of auto, triton, hopper, got 'cuda'"),
-    ({"fwd_tiles": [128, 64, 8]},
-     "fwd_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got [128, 64, 8]"),
-    ({"dq_tiles": "128,64,8,3"},
-     "dq_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got '128,64,8,3'"),
-    ({"dkdv_tiles": [64, 128, 8.0, 3]},
-     "dkdv_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got [64, 128, 8.0, 3]"),
-    ({"fwd_tiles": [96, 64, 8, 3]}, "fwd_tiles: BLOCK_M and BLOCK_N must be powers of two >= 16"),
-    ({"fwd_tiles": [128, 8, 8, 3]}, "fwd_tiles: BLOCK_M and BLOCK_N must be powers of two >= 16"),
-    ({"fwd_tiles": [128, 64, 6, 3]}, "fwd_tiles: num_warps must be 1, 2, 4, 8 or 16, got 6"),
-    ({"fwd_tiles": [128, 64, 8, 0]}, "fwd_tiles: num_stages must be >= 1, got 0"),
-    ({"fwd_tiles": [128, 64, 8, 3, -1]}, "fwd_tiles: maxnreg must be >= 0"),
-    ([("backend", "auto")], "options: expected a mapping with keys backend, fwd_tiles, dkdv_tiles, dq_tiles"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"fwd_tile": [64, 32, 4, 1]}, "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles"),
+        ({"backend": "cuda"}, "backend: expected one of auto, triton, hopper, got 'cuda'"),
+        (
+            {"fwd_tiles": [128, 64, 8]},
+            "fwd_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got [128, 64, 8]",
+        ),
+        (
+            {"dq_tiles": "128,64,8,3"},
+            "dq_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got '128,64,8,3'",
+        ),
+        (
+            {"dkdv_tiles": [64, 128, 8.0, 3]},
+            "dkdv_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got [64, 128, 8.0, 3]",
+        ),
+        ({"fwd_tiles": [96, 64, 8, 3]}, "fwd_tiles: BLOCK_M and BLOCK_N must be powers of two >= 16"),
+        ({"fwd_tiles": [128, 8, 8, 3]}, "fwd_tiles: BLOCK_M and BLOCK_N must be powers of two >= 16"),
+        ({"fwd_tiles": [128, 64, 6, 3]}, "fwd_tiles: num_warps must be 1, 2, 4, 8 or 16, got 6"),
+        ({"fwd_tiles": [128, 64, 8, 0]}, "fwd_tiles: num_stages must be >= 1, got 0"),
+        ({"fwd_tiles": [128, 64, 8, 3, -1]}, "fwd_tiles: maxnreg must be >= 0"),
+        ([("backend", "auto")], "options: expected a mapping with keys backend, fwd_tiles, dkdv_tiles, dq_tiles"),
+    ],
+)
 def test_bad_options_raise_one_line(options, message):
     with pytest.raises(ValueError) as exc:
         GDPAOptions.from_dict(options)
@@ -87,8 +101,11 @@ def test_gdpa_providers_parse_their_options_once_with_their_backend():
         assert p.options == GDPAOptions(backend=backend) and p.options_record()["backend"] == backend
     p = get_provider("gdpa_triton", {"fwd_tiles": [128, 64, 8, 3]})
     assert p.options == GDPAOptions(backend="triton", fwd_tiles=(128, 64, 8, 3))
-    with pytest.raises(ValueError, match=r"^gdpa_triton: fwd_tiles: expected \[BLOCK_M, BLOCK_N, num_warps, "
-                                         r"num_stages\(, maxnreg\)\] integers, got \[64, 32\]$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^gdpa_triton: fwd_tiles: expected \[BLOCK_M, BLOCK_N, num_warps, "
+        r"num_stages\(, maxnreg\)\] integers, got \[64, 32\]$",
+    ):
         get_provider("gdpa_triton", {"fwd_tiles": [64, 32]})
     with pytest.raises(ValueError, match=r"^gdpa: unknown option 'schedule'; allowed: backend, "):
         get_provider("gdpa", {"schedule": "compact"})
@@ -124,15 +141,15 @@ class FakeHopper:
         self.module.forward = self.forward
         self.module.backward = self.backward
 
-    def forward(self, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-                record=None):
+    def forward(self, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
         self.calls.append("fwd")
         if record is not None:
             record["hopper_fwd"] = {"kernel": "fake"}
         return torch.zeros_like(q)
 
-    def backward(self, do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-                 record=None):
+    def backward(
+        self, do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None
+    ):
         self.calls.append("bwd")
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
@@ -148,6 +165,7 @@ def fake_hopper(monkeypatch):
             yield fake
         finally:
             dispatch.hopper_backend.cache_clear()
+
     yield install
     dispatch.hopper_backend.cache_clear()
 
@@ -160,9 +178,13 @@ def _choose(mode, max_q, max_kv, backend="auto"):
 def test_dispatch_rule_thresholds_and_reasons(fake_hopper):
     with fake_hopper():
         assert _choose("fwd", 1024, 1024) == (
-            "hopper", "hopper: max_q >= 1024 and max_kv >= 1024 (placeholder rule until measured)")
+            "hopper",
+            "hopper: max_q >= 1024 and max_kv >= 1024 (placeholder rule until measured)",
+        )
         assert _choose("fwd", 2048, 256) == (
-            "triton", "triton: max_kv 256 < 1024 (Triton faster there; placeholder rule until measured)")
+            "triton",
+            "triton: max_kv 256 < 1024 (Triton faster there; placeholder rule until measured)",
+        )
         assert _choose("fwd", 512, 2048)[1].startswith("triton: max_q 512 < 1024")
         assert _choose("bwd", 16, 512)[0] == "hopper"
         assert _choose("bwd", 4096, 511)[1].startswith("triton: max_kv 511 < 512")
@@ -170,7 +192,9 @@ def test_dispatch_rule_thresholds_and_reasons(fake_hopper):
         assert _choose("fwd", 4096, 4096, backend="triton") == ("triton", "triton: backend='triton' requested")
     with fake_hopper(unsupported_reason="head_dim 16 not supported; allowed: 64, 128"):
         assert _choose("fwd", 4096, 4096) == (
-            "triton", "triton: hopper does not support this call: head_dim 16 not supported; allowed: 64, 128")
+            "triton",
+            "triton: hopper does not support this call: head_dim 16 not supported; allowed: 64, 128",
+        )
         with pytest.raises(ValueError, match=r"^gdpa: backend='hopper' does not support this call: head_dim 16"):
             _choose("bwd", 4096, 4096, backend="hopper")
     with fake_hopper(available_reason="not sm90 (got sm80)"):
@@ -183,7 +207,8 @@ def test_a_hopper_module_that_fails_to_import_makes_the_backend_unavailable(monk
     dispatch.hopper_backend.cache_clear()
     try:
         assert _choose("fwd", 4096, 4096)[1] == (
-            "triton: hopper unavailable: kernels.gdpa.hopper lacks unavailable, unsupported, forward, backward")
+            "triton: hopper unavailable: kernels.gdpa.hopper lacks unavailable, unsupported, forward, backward"
+        )
     finally:
         dispatch.hopper_backend.cache_clear()
 
@@ -212,6 +237,7 @@ def host_reads_raise():
     """Every Tensor method that reads a value back to the host raises, unless Triton's interpreter calls
     it (on a CPU it copies arguments to numpy to run the kernel: on a GPU that is a launch, not a read)."""
     import triton
+
     triton_dir = os.path.dirname(triton.__file__)
 
     def guarded(name, original):
@@ -220,6 +246,7 @@ def host_reads_raise():
             if not caller.f_code.co_filename.startswith(triton_dir):
                 raise AssertionError(f"host read: Tensor.{name} from {caller.f_code.co_filename}:{caller.f_lineno}")
             return original(self, *args, **kwargs)
+
         return method
 
     with pytest.MonkeyPatch.context() as mp:
@@ -260,6 +287,7 @@ def test_the_tile_sweep_config_names_valid_options_matching_its_labels():
     import re
 
     import yaml
+
     cfg = yaml.safe_load((pathlib.Path(__file__).parents[1] / "configs" / "tune-gdpa.yaml").read_text())
     entries = [e for s in cfg["sets"] for e in s["providers"] if isinstance(e, dict)]
     assert len({e["label"] for e in entries}) == 13

@@ -1,4 +1,5 @@
 """workloads/: length families, pairing rules, sorting, statistics and the histogram (CPU, fast)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,6 +35,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # ---------------------------------------------------------------- registry and determinism
 
+
 def test_exports_and_registry():
     assert workloads.JaggedBatch and workloads.make_batch  # pre-existing exports kept
     assert set(FAMILIES) == {"uniform_fill", "hstu_sl", "lognormal", "zipf", "spike", "empirical"}
@@ -46,13 +48,16 @@ def test_exports_and_registry():
     assert family_params("empirical") == {"path": REQUIRED, "column": None, "user_column": None}
 
 
-@pytest.mark.parametrize("family,params", [
-    ("uniform_fill", {"fill": 0.5}),
-    ("hstu_sl", {"fill": 0.8, "alpha": 1.7}),
-    ("lognormal", {"preset": "ml-20m"}),
-    ("zipf", {"gamma": 2.0}),
-    ("spike", {"p": 0.05, "base": "zipf", "gamma": 1.7}),
-])
+@pytest.mark.parametrize(
+    "family,params",
+    [
+        ("uniform_fill", {"fill": 0.5}),
+        ("hstu_sl", {"fill": 0.8, "alpha": 1.7}),
+        ("lognormal", {"preset": "ml-20m"}),
+        ("zipf", {"gamma": 2.0}),
+        ("spike", {"p": 0.05, "base": "zipf", "gamma": 1.7}),
+    ],
+)
 def test_deterministic_and_independent_of_global_state(family, params):
     np.random.seed(1)
     a = sample_lengths(family, 500, 512, 7, **params)
@@ -93,20 +98,24 @@ def test_register_a_new_family_in_one_place():
 
 # ---------------------------------------------------------------- uniform_fill (the peer rule)
 
+
 def test_uniform_fill_full_is_all_n():
     assert (sample_lengths("uniform_fill", 1152, 2048, 3, fill=1.0) == 2048).all()
 
 
-@pytest.mark.parametrize("fill,n,lo,hi", [
-    (0.5, 64, 1, 64),      # (2s-1)N = 0 -> max(1, 0) = 1
-    (0.75, 100, 50, 100),  # floor(0.5 * 100)
-    (0.75, 10, 5, 10),
-    (0.3, 100, 1, 60),     # floor(2 * 0.3 * 100)
-    (0.3, 1024, 1, 614),   # floor(614.4)
-    # the peer computes int((s*2 - 1) * N) in floats: (0.6*2 - 1) = 0.19999999999999996, so 199, not
-    # the exact 200; we keep the peer's arithmetic so our batches match its batches
-    (0.6, 1000, 199, 1000),
-])
+@pytest.mark.parametrize(
+    "fill,n,lo,hi",
+    [
+        (0.5, 64, 1, 64),  # (2s-1)N = 0 -> max(1, 0) = 1
+        (0.75, 100, 50, 100),  # floor(0.5 * 100)
+        (0.75, 10, 5, 10),
+        (0.3, 100, 1, 60),  # floor(2 * 0.3 * 100)
+        (0.3, 1024, 1, 614),  # floor(614.4)
+        # the peer computes int((s*2 - 1) * N) in floats: (0.6*2 - 1) = 0.19999999999999996, so 199, not
+        # the exact 200; we keep the peer's arithmetic so our batches match its batches
+        (0.6, 1000, 199, 1000),
+    ],
+)
 def test_uniform_fill_exact_bounds_both_ends_hit(fill, n, lo, hi):
     L = sample_lengths("uniform_fill", 50_000, n, 0, fill=fill)
     assert L.min() == lo and L.max() == hi
@@ -114,12 +123,17 @@ def test_uniform_fill_exact_bounds_both_ends_hit(fill, n, lo, hi):
         assert set(np.unique(L).tolist()) == set(range(lo, hi + 1))
 
 
-@pytest.mark.parametrize("fill,n,expected", [
-    (0.3, 1, {1}), (0.75, 1, {1}), (1.0, 1, {1}),
-    (0.1, 2, {1}),       # floor(0.4) = 0 -> at least 1
-    (0.75, 3, {1, 2, 3}),  # floor(1.5) = 1
-    (0.2, 5, {1, 2}),    # floor(2.0) = 2
-])
+@pytest.mark.parametrize(
+    "fill,n,expected",
+    [
+        (0.3, 1, {1}),
+        (0.75, 1, {1}),
+        (1.0, 1, {1}),
+        (0.1, 2, {1}),  # floor(0.4) = 0 -> at least 1
+        (0.75, 3, {1, 2, 3}),  # floor(1.5) = 1
+        (0.2, 5, {1, 2}),  # floor(2.0) = 2
+    ],
+)
 def test_uniform_fill_tiny_n(fill, n, expected):
     assert set(sample_lengths("uniform_fill", 2000, n, 0, fill=fill).tolist()) == expected
 
@@ -132,6 +146,7 @@ def test_uniform_fill_mean_is_fill_times_n(fill):
 
 
 # ---------------------------------------------------------------- hstu_sl
+
 
 def test_hstu_sl_spike_at_t_and_never_above_n():
     n, alpha = 1024, 1.6
@@ -162,6 +177,7 @@ def test_hstu_sl_alpha_2_is_a_no_op():
 
 # ---------------------------------------------------------------- lognormal
 
+
 @pytest.mark.parametrize("preset", list(LOGNORMAL_PRESETS))
 def test_lognormal_preset_median(preset):
     p = LOGNORMAL_PRESETS[preset]
@@ -190,12 +206,13 @@ def test_lognormal_min_len_max_len_and_overrides():
 
 # ---------------------------------------------------------------- zipf
 
+
 def test_zipf_exponent_and_support():
     n, gamma, B = 50, 2.0, 200_000
     L = sample_lengths("zipf", B, n, 0, gamma=gamma)
     assert L.min() == 1 and L.max() <= n
     k = np.arange(1, n + 1)
-    p = k ** -gamma / (k ** -gamma).sum()
+    p = k**-gamma / (k**-gamma).sum()
     observed = np.bincount(L, minlength=n + 1)[1:]
     # frequency ratios follow k^-gamma: P(1)/P(2) = 4, P(1)/P(4) = 16
     assert abs(observed[0] / observed[1] - 4.0) < 0.2
@@ -203,7 +220,7 @@ def test_zipf_exponent_and_support():
     assert (p * B >= 5).all()  # every bin has enough expected mass for a chi-square test
     assert sps.chisquare(observed, p * B).pvalue > 1e-3
     # the same test rejects a slightly wrong exponent, so it has the power to catch one
-    q = k ** -2.1 / (k ** -2.1).sum()
+    q = k**-2.1 / (k**-2.1).sum()
     assert sps.chisquare(observed, q * B).pvalue < 1e-6
 
 
@@ -214,6 +231,7 @@ def test_zipf_min_len_and_top_of_support():
 
 
 # ---------------------------------------------------------------- spike
+
 
 def test_spike_fraction_and_base():
     n = 1000
@@ -229,33 +247,37 @@ def test_spike_fraction_and_base():
 
 # ---------------------------------------------------------------- validation
 
-@pytest.mark.parametrize("family,params,needles", [
-    ("nope", {}, ["'nope'", "allowed:", "uniform_fill", "zipf", "empirical"]),
-    ("uniform_fill", {"fil": 0.5}, ["unknown param 'fil'", "allowed: fill"]),
-    ("uniform_fill", {}, ["missing required param 'fill'"]),
-    ("uniform_fill", {"fill": 0}, ["fill=0", "allowed:", "(0, 1]"]),
-    ("uniform_fill", {"fill": 1.5}, ["fill=1.5", "(0, 1]"]),
-    ("uniform_fill", {"fill": "half"}, ["fill='half'"]),
-    ("uniform_fill", {"fill": float("nan")}, ["fill=nan"]),
-    ("hstu_sl", {"fill": 1.0, "alpha": 2.5}, ["alpha=2.5", "(0, 2]", "1.6, 2.0"]),
-    ("hstu_sl", {"fill": 1.0}, ["missing required param 'alpha'"]),
-    ("lognormal", {}, ["preset or all of s, loc, scale", "ml-20m"]),
-    ("lognormal", {"s": 1.0, "loc": 1.0}, ["missing scale"]),
-    ("lognormal", {"preset": "ml-1b"}, ["preset='ml-1b'", "ml-100k"]),
-    ("lognormal", {"preset": "ml-20m", "s": 0}, ["s=0", "(0, inf]"]),
-    ("lognormal", {"preset": "ml-20m", "scale": -1}, ["scale=-1"]),
-    ("lognormal", {"preset": "ml-20m", "min_len": 0}, ["min_len=0", "[1, max_len=1024]"]),
-    ("zipf", {"gamma": 0}, ["gamma=0", "(0, inf]"]),
-    ("zipf", {"gamma": 2, "min_len": 2000}, ["min_len=2000", "[1, max_len=1024]"]),
-    ("zipf", {"gamma": 2, "min_len": 2.5}, ["min_len=2.5", "integer"]),
-    ("spike", {"p": 1.5, "base": "zipf", "gamma": 2}, ["p=1.5", "[0, 1]"]),
-    ("spike", {"p": 0.1, "base": "spike"}, ["base='spike'", "allowed:", "uniform_fill"]),
-    ("spike", {"p": 0.1, "base": "nope"}, ["base='nope'", "lognormal"]),
-    ("spike", {"p": 0.1, "base": "zipf", "gama": 2}, ["unknown param 'gama'", "p, base, gamma, min_len"]),
-    ("spike", {"p": 0.1, "base": "uniform_fill", "fill": 0}, ["fill=0"]),
-    ("empirical", {}, ["missing required param 'path'"]),
-    ("empirical", {"path": "x.csv", "column": "a", "user_column": "b"}, ["not both"]),
-])
+
+@pytest.mark.parametrize(
+    "family,params,needles",
+    [
+        ("nope", {}, ["'nope'", "allowed:", "uniform_fill", "zipf", "empirical"]),
+        ("uniform_fill", {"fil": 0.5}, ["unknown param 'fil'", "allowed: fill"]),
+        ("uniform_fill", {}, ["missing required param 'fill'"]),
+        ("uniform_fill", {"fill": 0}, ["fill=0", "allowed:", "(0, 1]"]),
+        ("uniform_fill", {"fill": 1.5}, ["fill=1.5", "(0, 1]"]),
+        ("uniform_fill", {"fill": "half"}, ["fill='half'"]),
+        ("uniform_fill", {"fill": float("nan")}, ["fill=nan"]),
+        ("hstu_sl", {"fill": 1.0, "alpha": 2.5}, ["alpha=2.5", "(0, 2]", "1.6, 2.0"]),
+        ("hstu_sl", {"fill": 1.0}, ["missing required param 'alpha'"]),
+        ("lognormal", {}, ["preset or all of s, loc, scale", "ml-20m"]),
+        ("lognormal", {"s": 1.0, "loc": 1.0}, ["missing scale"]),
+        ("lognormal", {"preset": "ml-1b"}, ["preset='ml-1b'", "ml-100k"]),
+        ("lognormal", {"preset": "ml-20m", "s": 0}, ["s=0", "(0, inf]"]),
+        ("lognormal", {"preset": "ml-20m", "scale": -1}, ["scale=-1"]),
+        ("lognormal", {"preset": "ml-20m", "min_len": 0}, ["min_len=0", "[1, max_len=1024]"]),
+        ("zipf", {"gamma": 0}, ["gamma=0", "(0, inf]"]),
+        ("zipf", {"gamma": 2, "min_len": 2000}, ["min_len=2000", "[1, max_len=1024]"]),
+        ("zipf", {"gamma": 2, "min_len": 2.5}, ["min_len=2.5", "integer"]),
+        ("spike", {"p": 1.5, "base": "zipf", "gamma": 2}, ["p=1.5", "[0, 1]"]),
+        ("spike", {"p": 0.1, "base": "spike"}, ["base='spike'", "allowed:", "uniform_fill"]),
+        ("spike", {"p": 0.1, "base": "nope"}, ["base='nope'", "lognormal"]),
+        ("spike", {"p": 0.1, "base": "zipf", "gama": 2}, ["unknown param 'gama'", "p, base, gamma, min_len"]),
+        ("spike", {"p": 0.1, "base": "uniform_fill", "fill": 0}, ["fill=0"]),
+        ("empirical", {}, ["missing required param 'path'"]),
+        ("empirical", {"path": "x.csv", "column": "a", "user_column": "b"}, ["not both"]),
+    ],
+)
 def test_family_validation_errors(family, params, needles):
     with pytest.raises(ValueError) as e:
         sample_lengths(family, 8, 1024, 0, **params)
@@ -264,8 +286,12 @@ def test_family_validation_errors(family, params, needles):
 
 
 def test_size_validation_and_max_len_dependent_checks():
-    for kwargs, needle in [({"batch_size": 0}, "batch_size=0"), ({"max_len": 0}, "max_len=0"),
-                           ({"seed": -1}, "seed=-1"), ({"batch_size": 2.5}, "batch_size=2.5")]:
+    for kwargs, needle in [
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"max_len": 0}, "max_len=0"),
+        ({"seed": -1}, "seed=-1"),
+        ({"batch_size": 2.5}, "batch_size=2.5"),
+    ]:
         args = {"batch_size": 4, "max_len": 64, "seed": 0, **kwargs}
         with pytest.raises(ValueError, match=needle.replace(".", r"\.")):
             sample_lengths("uniform_fill", args["batch_size"], args["max_len"], args["seed"], fill=0.5)
@@ -276,6 +302,7 @@ def test_size_validation_and_max_len_dependent_checks():
 
 
 # ---------------------------------------------------------------- pairing rules
+
 
 def test_pairing_rules():
     L = np.array([5, 1, 7, 3])
@@ -301,15 +328,18 @@ def test_target_history_pairing():
     assert abs(np.corrcoef(q, k)[0, 1]) < 0.05
 
 
-@pytest.mark.parametrize("rule,params,needles", [
-    ("cross", {}, ["'cross'", "allowed:", "self, fixed_kv, target_history, seeds"]),
-    ("self", {"kv_len": 3}, ["unknown param 'kv_len'", "(none)"]),
-    ("fixed_kv", {"kv": 3}, ["unknown param 'kv'", "allowed: kv_len"]),
-    ("fixed_kv", {"kv_len": 0}, ["kv_len=0", ">= 1"]),
-    ("target_history", {}, ["missing required param 'max_targets'"]),
-    ("target_history", {"max_targets": 1.5}, ["max_targets=1.5"]),
-    ("seeds", {"num_seeds": -2}, ["num_seeds=-2"]),
-])
+@pytest.mark.parametrize(
+    "rule,params,needles",
+    [
+        ("cross", {}, ["'cross'", "allowed:", "self, fixed_kv, target_history, seeds"]),
+        ("self", {"kv_len": 3}, ["unknown param 'kv_len'", "(none)"]),
+        ("fixed_kv", {"kv": 3}, ["unknown param 'kv'", "allowed: kv_len"]),
+        ("fixed_kv", {"kv_len": 0}, ["kv_len=0", ">= 1"]),
+        ("target_history", {}, ["missing required param 'max_targets'"]),
+        ("target_history", {"max_targets": 1.5}, ["max_targets=1.5"]),
+        ("seeds", {"num_seeds": -2}, ["num_seeds=-2"]),
+    ],
+)
 def test_pairing_validation_errors(rule, params, needles):
     with pytest.raises(ValueError) as e:
         check_pairing_params(rule, params)
@@ -336,15 +366,32 @@ def test_sort_by_length_descending_work_stable():
 
 
 def test_build_lengths():
-    q, k = build_lengths("uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, batch_size=1152,
-                         max_len=1024, seed=0)
+    q, k = build_lengths(
+        "uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, batch_size=1152, max_len=1024, seed=0
+    )
     assert (q == 1024).all() and (k == 256).all() and q.shape == (1152,)
-    q, k = build_lengths("lognormal", {"preset": "ml-20m"}, "target_history", {"max_targets": 32},
-                         batch_size=300, max_len=1024, seed=5, sort=True)
+    q, k = build_lengths(
+        "lognormal",
+        {"preset": "ml-20m"},
+        "target_history",
+        {"max_targets": 32},
+        batch_size=300,
+        max_len=1024,
+        seed=5,
+        sort=True,
+    )
     w = q * k
     assert (np.diff(w) <= 0).all()
-    q2, k2 = build_lengths("lognormal", {"preset": "ml-20m"}, "target_history", {"max_targets": 32},
-                           batch_size=300, max_len=1024, seed=5, sort=True)
+    q2, k2 = build_lengths(
+        "lognormal",
+        {"preset": "ml-20m"},
+        "target_history",
+        {"max_targets": 32},
+        batch_size=300,
+        max_len=1024,
+        seed=5,
+        sort=True,
+    )
     assert np.array_equal(q, q2) and np.array_equal(k, k2)
     with pytest.raises(ValueError, match="unknown pairing rule"):
         build_lengths("zipf", {"gamma": 2}, "nope", {}, batch_size=4, max_len=8)
@@ -353,6 +400,7 @@ def test_build_lengths():
 
 
 # ---------------------------------------------------------------- work_pairs and stats
+
 
 def test_work_pairs_causal_matches_brute_force():
     qs, ks, brute = [], [], []
@@ -371,14 +419,47 @@ def test_stats_hand_computed():
     q, k = [4, 2, 0, 2], [4, 2, 2, 4]  # work 16, 4, 0, 8 = 28
     s = stats(q, k)
     assert list(s) == list(workloads.STATS_KEYS)
-    assert set(s) == {"B", "total_q", "total_kv", "mean_q", "p50_q", "p90_q", "p99_q", "max_q", "mean_kv",
-                      "p50_kv", "p90_kv", "p99_kv", "max_kv", "padding_waste", "padding_waste_kv",
-                      "flop_waste", "imbalance", "top1pct_work_share", "total_work_pairs",
-                      "lengths_sha256"}
-    expected = {"B": 4, "total_q": 8, "total_kv": 12, "mean_q": 2.0, "p50_q": 2.0, "p90_q": 3.4,
-                "p99_q": 3.94, "max_q": 4, "mean_kv": 3.0, "p50_kv": 3.0, "max_kv": 4,
-                "padding_waste": 0.5, "padding_waste_kv": 0.25, "flop_waste": 1 - 28 / 64,
-                "imbalance": 16 / 7, "top1pct_work_share": 16 / 28, "total_work_pairs": 28}
+    assert set(s) == {
+        "B",
+        "total_q",
+        "total_kv",
+        "mean_q",
+        "p50_q",
+        "p90_q",
+        "p99_q",
+        "max_q",
+        "mean_kv",
+        "p50_kv",
+        "p90_kv",
+        "p99_kv",
+        "max_kv",
+        "padding_waste",
+        "padding_waste_kv",
+        "flop_waste",
+        "imbalance",
+        "top1pct_work_share",
+        "total_work_pairs",
+        "lengths_sha256",
+    }
+    expected = {
+        "B": 4,
+        "total_q": 8,
+        "total_kv": 12,
+        "mean_q": 2.0,
+        "p50_q": 2.0,
+        "p90_q": 3.4,
+        "p99_q": 3.94,
+        "max_q": 4,
+        "mean_kv": 3.0,
+        "p50_kv": 3.0,
+        "max_kv": 4,
+        "padding_waste": 0.5,
+        "padding_waste_kv": 0.25,
+        "flop_waste": 1 - 28 / 64,
+        "imbalance": 16 / 7,
+        "top1pct_work_share": 16 / 28,
+        "total_work_pairs": 28,
+    }
     for key, v in expected.items():
         assert s[key] == pytest.approx(v, abs=1e-6), key
     digest = hashlib.sha256(np.array(q, "<i8").tobytes() + np.array(k, "<i8").tobytes()).hexdigest()
@@ -419,6 +500,7 @@ def test_stats_degenerate_batches():
 
 # ---------------------------------------------------------------- histogram
 
+
 def test_plot_length_histogram_writes_png(tmp_path):
     q, k = build_lengths("zipf", {"gamma": 1.7}, "fixed_kv", {"kv_len": 256}, batch_size=500, max_len=1024)
     out = tmp_path / "sub" / "dir" / "hist.png"
@@ -435,6 +517,7 @@ def test_plot_length_histogram_writes_png(tmp_path):
 
 # ---------------------------------------------------------------- check_workload: everything a config can hold
 
+
 def test_check_workload_builds_the_same_lengths_as_build_lengths():
     args = dict(batch_size=64, max_len=128, seed=3, sort=True)
     q, k = workloads.check_workload("zipf", {"gamma": 2.0}, "target_history", {"max_targets": 8}, **args)
@@ -442,15 +525,18 @@ def test_check_workload_builds_the_same_lengths_as_build_lengths():
     assert np.array_equal(q, q2) and np.array_equal(k, k2)
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"seed": -1}, "seed=-1; allowed: an integer >= 0"),
-    ({"seed": True}, "seed=True"),
-    ({"seed": 1.5}, "seed=1.5"),
-    ({"max_len": True}, "max_len=True"),  # bool is an int in Python: not a length here
-    ({"max_len": 2**40}, "max_len=1099511627776; allowed: an integer in [1, 2147483647]"),
-    ({"batch_size": False}, "batch_size=False"),
-    ({"sort": "yes"}, "sort_by_length='yes'; allowed: true or false"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"seed": -1}, "seed=-1; allowed: an integer >= 0"),
+        ({"seed": True}, "seed=True"),
+        ({"seed": 1.5}, "seed=1.5"),
+        ({"max_len": True}, "max_len=True"),  # bool is an int in Python: not a length here
+        ({"max_len": 2**40}, "max_len=1099511627776; allowed: an integer in [1, 2147483647]"),
+        ({"batch_size": False}, "batch_size=False"),
+        ({"sort": "yes"}, "sort_by_length='yes'; allowed: true or false"),
+    ],
+)
 def test_check_workload_sizes_seed_and_bools(kwargs, needle):
     args = {"batch_size": 4, "max_len": 16, "seed": 0, **kwargs}
     with pytest.raises(ValueError) as e:
@@ -458,26 +544,54 @@ def test_check_workload_sizes_seed_and_bools(kwargs, needle):
     assert needle in str(e.value)
 
 
-@pytest.mark.parametrize("family,params,rule,rparams,needle", [
-    ("uniform_fill", {"fill": True}, "self", {}, "fill=True"),
-    ("zipf", {"gamma": 2.0, "min_len": True}, "self", {}, "min_len=True"),
-    ("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": True}, "kv_len=True"),
-    ("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": 10**30}, "and <= 2147483647"),
-    ("uniform_fill", {"fill": 0.5}, "seeds", {"num_seeds": 1e308}, "num_seeds=1e+308"),
-    ("uniform_fill", [0.5], "self", {}, "lengths=[0.5]; allowed: a mapping"),
-    ("uniform_fill", {"fill": 0.5}, "self", "x", "kv='x'; allowed: a mapping"),
-])
+@pytest.mark.parametrize(
+    "family,params,rule,rparams,needle",
+    [
+        ("uniform_fill", {"fill": True}, "self", {}, "fill=True"),
+        ("zipf", {"gamma": 2.0, "min_len": True}, "self", {}, "min_len=True"),
+        ("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": True}, "kv_len=True"),
+        ("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": 10**30}, "and <= 2147483647"),
+        ("uniform_fill", {"fill": 0.5}, "seeds", {"num_seeds": 1e308}, "num_seeds=1e+308"),
+        ("uniform_fill", [0.5], "self", {}, "lengths=[0.5]; allowed: a mapping"),
+        ("uniform_fill", {"fill": 0.5}, "self", "x", "kv='x'; allowed: a mapping"),
+    ],
+)
 def test_check_workload_rejects_bools_and_out_of_range_params(family, params, rule, rparams, needle):
     with pytest.raises(ValueError) as e:
         workloads.check_workload(family, params, rule, rparams, batch_size=4, max_len=16)
     assert needle in str(e.value)
 
 
-_JUNK = [None, True, False, -1, 0, 0.5, 3, 1e308, math.nan, math.inf, -math.inf, "x", "", [], {}, [1], 10**30,
-         "ml-20m", "uniform_fill", "empirical"]
-_VALID = {"uniform_fill": {"fill": 0.5}, "hstu_sl": {"fill": 0.5, "alpha": 1.8}, "lognormal": {"preset": "ml-20m"},
-          "zipf": {"gamma": 2.0}, "spike": {"p": 0.1, "base": "uniform_fill", "fill": 0.5},
-          "empirical": {"path": "lengths.txt"}}
+_JUNK = [
+    None,
+    True,
+    False,
+    -1,
+    0,
+    0.5,
+    3,
+    1e308,
+    math.nan,
+    math.inf,
+    -math.inf,
+    "x",
+    "",
+    [],
+    {},
+    [1],
+    10**30,
+    "ml-20m",
+    "uniform_fill",
+    "empirical",
+]
+_VALID = {
+    "uniform_fill": {"fill": 0.5},
+    "hstu_sl": {"fill": 0.5, "alpha": 1.8},
+    "lognormal": {"preset": "ml-20m"},
+    "zipf": {"gamma": 2.0},
+    "spike": {"p": 0.1, "base": "uniform_fill", "fill": 0.5},
+    "empirical": {"path": "lengths.txt"},
+}
 
 
 def test_any_junk_parameter_is_a_one_line_value_error(tmp_path, monkeypatch):

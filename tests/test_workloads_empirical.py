@@ -1,4 +1,5 @@
 """workloads.empirical and the `empirical` length family: user files of lengths or interactions."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,8 +47,7 @@ def test_csv_and_parquet_column(tmp_path):
 
 
 def test_interaction_log_counts_per_user(tmp_path):
-    log = pd.DataFrame({"userId": ["a", "a", "a", "b", "c", "c", None],
-                        "movieId": [1, 2, 3, 1, 5, 6, 7]})
+    log = pd.DataFrame({"userId": ["a", "a", "a", "b", "c", "c", None], "movieId": [1, 2, 3, 1, 5, 6, 7]})
     csv = tmp_path / "ratings.csv"
     log.to_csv(csv, index=False)
     pq = tmp_path / "ratings.parquet"
@@ -70,38 +70,56 @@ def test_cache_follows_file_changes(tmp_path):
         load_lengths(f)[0] = 1  # the cached array is read-only
 
 
-@pytest.mark.parametrize("name,content,params,needles", [
-    ("missing.txt", None, {}, ["not found", "missing.txt"]),
-    ("empty.txt", "", {}, ["empty"]),
-    ("blank.txt", "  \n# nothing\n", {}, ["no integers"]),
-    ("floats.txt", "3 4.5 6", {}, ["non-integer value '4.5'", "column="]),
-    ("header.csv", "len\n3\n4\n", {}, ["non-integer value 'len'", "column="]),
-    ("neg.txt", "3 -4", {}, ["negative length -4"]),
-    ("zeros.txt", "0 0", {}, ["no positive lengths"]),
-    ("t.csv", "user,len\n1,3\n", {"column": "length"}, ["no column 'length'", "allowed: user, len"]),
-    ("t2.csv", "user,len\n1,3\n", {"user_column": "uid"}, ["no column 'uid'", "user, len"]),
-    ("t3.csv", "user,len\n1,abc\n2,4\n", {"column": "len"}, ["non-integer value 'abc'"]),
-    ("t4.csv", "user,len\n1,2.5\n2,4\n", {"column": "len"}, ["non-integer value 2.5"]),
-    ("t5.csv", "user,len\n1,\n2,4\n", {"column": "len"}, ["non-integer value nan", "missing"]),
-    ("t6.csv", "user,len\n", {"column": "len"}, ["column 'len' is empty"]),
-    ("bad.parquet", "not parquet at all", {"column": "x"}, ["not a readable Parquet file"]),
-    ("adir", "<dir>", {}, ["adir: is a directory", "allowed: a text file of integers"]),
-    ("words.txt", "3\n4\n\nfive 6\n", {}, ["line 4: non-integer value 'five'"]),
-    ("neg2.txt", "# c\n3\n7 -4\n", {}, ["line 3: negative length -4", "allowed: integers in [0, "]),
-    ("big.txt", "3\n12345678901234567890123\n", {}, ["line 2: value '12345678901234567890123' is out of range "
-                                                      "(23 digits)", "allowed: integers in [0, 9223372036854775807]"]),
-    ("bignum.csv", "len\n2\n12345678901234567890123\n", {"column": "len"},
-     ["column 'len', data row 2: value 12345678901234567890123 is out of range"]),
-    ("huge.csv", "len\n2\n1e30\n", {"column": "len"}, ["data row 2: value 1e+30 is out of range"]),
-    ("negcol.csv", "len\n2\n3\n-1\n", {"column": "len"}, ["column 'len', data row 3: negative length -1"]),
-    ("mixed.csv", "len\n2\nabc\n", {"column": "len"}, ["data row 2: non-integer value 'abc'"]),
-    ("zeros2.txt", "0 0", {}, ["no positive lengths", "allowed: at least one length > 0"]),
-    ("log.csv", "user,item\n1,3\n", {"user_column": "userId"}, ["no column 'userId'", "allowed: user, item"]),
-    ("nouser.csv", "user,item\n,3\n,4\n", {"user_column": "user"}, ["column 'user' has no user ids"]),
-    ("binary.csv", b"len\n\xff\xfe\x00\x01\n", {"column": "len"}, ["binary.csv"]),
-    ("quote.csv", 'len\n2\n"3\n4\n', {"column": "len"}, ["not a readable CSV table (ParserError: ",
-                                                          "EOF inside string"]),
-])
+@pytest.mark.parametrize(
+    "name,content,params,needles",
+    [
+        ("missing.txt", None, {}, ["not found", "missing.txt"]),
+        ("empty.txt", "", {}, ["empty"]),
+        ("blank.txt", "  \n# nothing\n", {}, ["no integers"]),
+        ("floats.txt", "3 4.5 6", {}, ["non-integer value '4.5'", "column="]),
+        ("header.csv", "len\n3\n4\n", {}, ["non-integer value 'len'", "column="]),
+        ("neg.txt", "3 -4", {}, ["negative length -4"]),
+        ("zeros.txt", "0 0", {}, ["no positive lengths"]),
+        ("t.csv", "user,len\n1,3\n", {"column": "length"}, ["no column 'length'", "allowed: user, len"]),
+        ("t2.csv", "user,len\n1,3\n", {"user_column": "uid"}, ["no column 'uid'", "user, len"]),
+        ("t3.csv", "user,len\n1,abc\n2,4\n", {"column": "len"}, ["non-integer value 'abc'"]),
+        ("t4.csv", "user,len\n1,2.5\n2,4\n", {"column": "len"}, ["non-integer value 2.5"]),
+        ("t5.csv", "user,len\n1,\n2,4\n", {"column": "len"}, ["non-integer value nan", "missing"]),
+        ("t6.csv", "user,len\n", {"column": "len"}, ["column 'len' is empty"]),
+        ("bad.parquet", "not parquet at all", {"column": "x"}, ["not a readable Parquet file"]),
+        ("adir", "<dir>", {}, ["adir: is a directory", "allowed: a text file of integers"]),
+        ("words.txt", "3\n4\n\nfive 6\n", {}, ["line 4: non-integer value 'five'"]),
+        ("neg2.txt", "# c\n3\n7 -4\n", {}, ["line 3: negative length -4", "allowed: integers in [0, "]),
+        (
+            "big.txt",
+            "3\n12345678901234567890123\n",
+            {},
+            [
+                "line 2: value '12345678901234567890123' is out of range (23 digits)",
+                "allowed: integers in [0, 9223372036854775807]",
+            ],
+        ),
+        (
+            "bignum.csv",
+            "len\n2\n12345678901234567890123\n",
+            {"column": "len"},
+            ["column 'len', data row 2: value 12345678901234567890123 is out of range"],
+        ),
+        ("huge.csv", "len\n2\n1e30\n", {"column": "len"}, ["data row 2: value 1e+30 is out of range"]),
+        ("negcol.csv", "len\n2\n3\n-1\n", {"column": "len"}, ["column 'len', data row 3: negative length -1"]),
+        ("mixed.csv", "len\n2\nabc\n", {"column": "len"}, ["data row 2: non-integer value 'abc'"]),
+        ("zeros2.txt", "0 0", {}, ["no positive lengths", "allowed: at least one length > 0"]),
+        ("log.csv", "user,item\n1,3\n", {"user_column": "userId"}, ["no column 'userId'", "allowed: user, item"]),
+        ("nouser.csv", "user,item\n,3\n,4\n", {"user_column": "user"}, ["column 'user' has no user ids"]),
+        ("binary.csv", b"len\n\xff\xfe\x00\x01\n", {"column": "len"}, ["binary.csv"]),
+        (
+            "quote.csv",
+            'len\n2\n"3\n4\n',
+            {"column": "len"},
+            ["not a readable CSV table (ParserError: ", "EOF inside string"],
+        ),
+    ],
+)
 def test_empirical_errors(tmp_path, name, content, params, needles):
     f = tmp_path / name
     if content == "<dir>":
@@ -171,11 +189,18 @@ def test_relative_path_resolves_against_base_dir(tmp_path, monkeypatch):
     assert resolve_family_params("uniform_fill", {"fill": 0.5}, cfg_dir) == {"fill": 0.5}
     assert resolve_family_params("empirical", {"path": 5}, cfg_dir) == {"path": 5}  # left for the check
 
-    q, k = check_workload("empirical", {"path": "lengths.txt"}, "self", {}, batch_size=50, max_len=8, seed=0,
-                          base_dir=cfg_dir)
+    q, k = check_workload(
+        "empirical", {"path": "lengths.txt"}, "self", {}, batch_size=50, max_len=8, seed=0, base_dir=cfg_dir
+    )
     assert set(q.tolist()) == {5, 8} and np.array_equal(q, k)  # 9 clipped to max_len
-    q2, _ = check_workload("spike", {"p": 0.0, "base": "empirical", "path": "lengths.txt"}, batch_size=50,
-                           max_len=8, seed=0, base_dir=cfg_dir)
+    q2, _ = check_workload(
+        "spike",
+        {"p": 0.0, "base": "empirical", "path": "lengths.txt"},
+        batch_size=50,
+        max_len=8,
+        seed=0,
+        base_dir=cfg_dir,
+    )
     assert np.array_equal(q, q2)
     with pytest.raises(LengthsFileError, match=r"elsewhere/lengths\.txt"):
         check_workload("empirical", {"path": "lengths.txt"}, batch_size=50, max_len=8)

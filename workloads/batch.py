@@ -4,6 +4,7 @@ Layout (docs/DESIGN.md §3): q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]`, int32 offse
 N(0, 1)/D^¼ so that scores q·k are O(1) whatever D is: large raw scores would saturate or blow up the
 activation and make a wrong kernel look right (or a right one look wrong) in bf16.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -77,8 +78,19 @@ class JaggedBatch:
     def with_grad(self) -> JaggedBatch:
         """A copy whose q, k, v are fresh leaves that require grad (same values)."""
         q, k, v = (t.detach().clone().requires_grad_(True) for t in (self.q, self.k, self.v))
-        return JaggedBatch(q, k, v, self.q_offsets, self.kv_offsets, self.q_lengths, self.kv_lengths,
-                           self.max_q, self.max_kv, self.dout, dict(self.extras))
+        return JaggedBatch(
+            q,
+            k,
+            v,
+            self.q_offsets,
+            self.kv_offsets,
+            self.q_lengths,
+            self.kv_lengths,
+            self.max_q,
+            self.max_kv,
+            self.dout,
+            dict(self.extras),
+        )
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:
@@ -87,9 +99,18 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def make_batch(q_lengths, kv_lengths, *, H: int, Hkv: int | None = None, D: int,
-               dtype: torch.dtype = torch.bfloat16, device: str | torch.device = "cpu",
-               seed: int = 0, with_dout: bool = True) -> JaggedBatch:
+def make_batch(
+    q_lengths,
+    kv_lengths,
+    *,
+    H: int,
+    Hkv: int | None = None,
+    D: int,
+    dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    with_dout: bool = True,
+) -> JaggedBatch:
     """Random q/k/v (and dout) for the given per-sequence lengths, generated on `device`."""
     q_lengths = np.asarray(q_lengths, dtype=np.int64)
     kv_lengths = np.asarray(kv_lengths, dtype=np.int64)
@@ -101,7 +122,7 @@ def make_batch(q_lengths, kv_lengths, *, H: int, Hkv: int | None = None, D: int,
     device = torch.device(device)
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed))
-    scale = D ** -0.25
+    scale = D**-0.25
 
     def randn(rows: int, heads: int) -> torch.Tensor:
         # generate in fp32 then cast: the same values for every dtype at a given seed
@@ -117,5 +138,15 @@ def make_batch(q_lengths, kv_lengths, *, H: int, Hkv: int | None = None, D: int,
         dout = torch.randn(total_q, H, D, generator=gen, device=device, dtype=torch.float32).to(dtype)
     q_off = torch.from_numpy(_offsets(q_lengths).astype(np.int32)).to(device)
     kv_off = torch.from_numpy(_offsets(kv_lengths).astype(np.int32)).to(device)
-    return JaggedBatch(q, k, v, q_off, kv_off, q_lengths, kv_lengths,
-                       int(q_lengths.max(initial=0)), int(kv_lengths.max(initial=0)), dout)
+    return JaggedBatch(
+        q,
+        k,
+        v,
+        q_off,
+        kv_off,
+        q_lengths,
+        kv_lengths,
+        int(q_lengths.max(initial=0)),
+        int(kv_lengths.max(initial=0)),
+        dout,
+    )

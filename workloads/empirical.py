@@ -13,6 +13,7 @@ Every problem (missing or unreadable file, a directory, missing column, empty fi
 negative or out-of-range data, a broken table) is a `LengthsFileError` (a ValueError): one line that
 names the file, the column and line/row where there is one, and what is allowed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,8 +28,7 @@ _INT = re.compile(r"[+-]?\d+")
 _SPLIT = re.compile(r"[\s,]+")
 INT64_MAX = int(np.iinfo(np.int64).max)
 _ALLOWED = f"integers in [0, {INT64_MAX}] (lengths above max_len are clipped to it)"
-_ALLOWED_TEXT = ("integers >= 0 separated by whitespace, commas or newlines (for a table, give column= or "
-                 "user_column=)")
+_ALLOWED_TEXT = "integers >= 0 separated by whitespace, commas or newlines (for a table, give column= or user_column=)"
 _KINDS = "a text file of integers, a CSV/TSV table or a Parquet file"
 
 
@@ -43,12 +43,12 @@ class LengthsFileError(ValueError):
 def _one_line(text: str, limit: int = 400) -> str:
     # messages from pandas/pyarrow can span lines; the CLI prints exactly one
     s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[:limit - 3] + "..."
+    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 def _show(x, limit: int = 40) -> str:
     r = repr(x.item() if isinstance(x, np.generic) else x)  # 2.5, not np.float64(2.5)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def resolve_path(path, base_dir=None) -> str:
@@ -62,8 +62,7 @@ def resolve_path(path, base_dir=None) -> str:
     return os.path.abspath(p)
 
 
-def load_lengths(path, column: str | None = None, user_column: str | None = None, *,
-                 base_dir=None) -> np.ndarray:
+def load_lengths(path, column: str | None = None, user_column: str | None = None, *, base_dir=None) -> np.ndarray:
     """Per-user lengths from `path`: int64, all > 0 (zero counts are dropped), in file order.
 
     A relative `path` is resolved against `base_dir` (see `resolve_path`). Raises `LengthsFileError`.
@@ -85,8 +84,7 @@ def load_lengths(path, column: str | None = None, user_column: str | None = None
     try:
         st = os.stat(path)
         if st.st_size == 0:
-            raise LengthsFileError(path, "file is empty; expected integers, a column of lengths or an "
-                                         "interaction log")
+            raise LengthsFileError(path, "file is empty; expected integers, a column of lengths or an interaction log")
         return _load_cached(path, st.st_mtime_ns, st.st_size, column, user_column)
     except OSError as e:
         raise LengthsFileError(path, f"cannot read it ({e.strerror or e})") from None
@@ -119,8 +117,7 @@ def _text_values(path: str) -> np.ndarray:
         lines = [line.split("#", 1)[0] for line in f]
     tokens = [t for t in _SPLIT.split("\n".join(lines)) if t]
     if not tokens:
-        raise LengthsFileError(path, "no integers found (file holds only blanks/comments); allowed: "
-                               + _ALLOWED_TEXT)
+        raise LengthsFileError(path, "no integers found (file holds only blanks/comments); allowed: " + _ALLOWED_TEXT)
     try:
         values = np.array(tokens).astype(np.int64)
     except (ValueError, OverflowError):
@@ -129,14 +126,16 @@ def _text_values(path: str) -> np.ndarray:
             if not _INT.fullmatch(t):
                 raise LengthsFileError(path, f"{at}: non-integer value {_show(t)}; allowed: {_ALLOWED_TEXT}") from None
             if abs(int(t)) > INT64_MAX:
-                raise LengthsFileError(path, f"{at}: value {_show(t)} is out of range ({len(t.lstrip('+-'))} "
-                                             f"digits); allowed: {_ALLOWED}") from None
+                raise LengthsFileError(
+                    path, f"{at}: value {_show(t)} is out of range ({len(t.lstrip('+-'))} digits); allowed: {_ALLOWED}"
+                ) from None
         raise  # numpy rejected a token the checks above accept: a bug here, not bad input
     neg = np.flatnonzero(values < 0)
     if neg.size:
         k = int(neg[0])
-        raise LengthsFileError(path, f"line {_line_of_token(lines, k)}: negative length {int(values[k])}; "
-                                     f"allowed: {_ALLOWED}")
+        raise LengthsFileError(
+            path, f"line {_line_of_token(lines, k)}: negative length {int(values[k])}; allowed: {_ALLOWED}"
+        )
     return values
 
 
@@ -160,8 +159,9 @@ def _csv_values(path: str, name: str, sep: str) -> np.ndarray:
             raise LengthsFileError(path, f"no column {name!r}; allowed: {', '.join(map(str, header))}")
         series = pd.read_csv(path, sep=sep, usecols=[name], low_memory=False)[name]
     except pd.errors.EmptyDataError:
-        raise LengthsFileError(path, f"file is empty (no header row); allowed: a {kind} table with a "
-                                     f"header row") from None
+        raise LengthsFileError(
+            path, f"file is empty (no header row); allowed: a {kind} table with a header row"
+        ) from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise LengthsFileError(path, f"not a readable {kind} table ({type(e).__name__}: {e})") from None
     if series.empty:
@@ -180,8 +180,11 @@ def _parquet_values(path: str, name: str | None) -> tuple[np.ndarray, str]:
         raise LengthsFileError(path, f"not a readable Parquet file ({e})") from None
     if name is None:
         if len(names) != 1:
-            raise LengthsFileError(path, f"has {len(names)} columns, give column= (lengths) or user_column= "
-                                         f"(interaction log); allowed: {', '.join(names)}")
+            raise LengthsFileError(
+                path,
+                f"has {len(names)} columns, give column= (lengths) or user_column= "
+                f"(interaction log); allowed: {', '.join(names)}",
+            )
         name = names[0]
     if name not in names:
         raise LengthsFileError(path, f"no column {name!r}; allowed: {', '.join(names)}")
@@ -200,8 +203,11 @@ def _count_per_user(raw: np.ndarray, path: str, user_column: str) -> np.ndarray:
     try:
         codes, _ = pd.factorize(raw, use_na_sentinel=True)  # order of first appearance: no sorting
     except TypeError:  # unhashable cells, e.g. a Parquet list column
-        raise LengthsFileError(path, f"column {user_column!r} holds values that are not ids "
-                                     f"(e.g. {_show(raw[0])}); allowed: numbers or strings, one per row") from None
+        raise LengthsFileError(
+            path,
+            f"column {user_column!r} holds values that are not ids "
+            f"(e.g. {_show(raw[0])}); allowed: numbers or strings, one per row",
+        ) from None
     codes = codes[codes >= 0]  # rows without a user id count for nobody
     if codes.size == 0:
         raise LengthsFileError(path, f"column {user_column!r} has no user ids (every row is empty)")

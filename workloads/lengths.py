@@ -12,6 +12,7 @@ the same seed, and `spike(p=0, base=X)` *is* X.
 
 To add a family: write one function below and decorate it; nothing else needs to change.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,9 @@ def is_int(v: Any) -> bool:
     return _is_real(v) and float(v).is_integer()
 
 
-def real(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-         hi_open: bool = False, note: str = "") -> Check:
+def real(
+    lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False, note: str = ""
+) -> Check:
     """A finite real number in the interval given (None = unbounded on that side)."""
     lb = "(" if lo_open else "["
     rb = ")" if hi_open else "]"
@@ -73,6 +75,7 @@ def real(lo: float | None = None, hi: float | None = None, *, lo_open: bool = Fa
             ok = v < hi if hi_open else v <= hi
         if not ok:
             raise _bad(where, name, v, allowed)
+
     return check
 
 
@@ -82,6 +85,7 @@ MAX_LENGTH = 2**31 - 1
 
 def integer(lo: int = 1, hi_is_max_len: bool = False) -> Check:
     """An integer >= lo (and <= max_len when asked and max_len is known; <= MAX_LENGTH always)."""
+
     def check(where, name, v, max_len):
         hi = max_len if hi_is_max_len else None
         ok = is_int(v) and v >= lo and v <= MAX_LENGTH and (hi is None or v <= hi)
@@ -89,6 +93,7 @@ def integer(lo: int = 1, hi_is_max_len: bool = False) -> Check:
             if not hi_is_max_len:
                 raise _bad(where, name, v, f"an integer >= {lo} and <= {MAX_LENGTH}")
             raise _bad(where, name, v, f"an integer in [{lo}, max_len" + (f"={hi}]" if hi else "]"))
+
     return check
 
 
@@ -96,6 +101,7 @@ def optional(inner: Check) -> Check:
     def check(where, name, v, max_len):
         if v is not None:
             inner(where, name, v, max_len)
+
     return check
 
 
@@ -104,6 +110,7 @@ def one_of(options: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> Check:
         opts = options() if callable(options) else options
         if v not in opts:
             raise _bad(where, name, v, ", ".join(opts))
+
     return check
 
 
@@ -139,11 +146,13 @@ FAMILIES: dict[str, Family] = {}
 
 def register_family(name: str, *, check=None, open_params: bool = False, **params: Param):
     """Decorator: register `fn(batch_size, max_len, seed, **params)` as length family `name`."""
+
     def deco(fn):
         if name in FAMILIES:
             raise ValueError(f"length family {name!r} registered twice")
         FAMILIES[name] = Family(name, fn, dict(params), check, open_params)
         return fn
+
     return deco
 
 
@@ -233,8 +242,9 @@ def _sample(family: str, batch_size: int, max_len: int, seed: int, params: dict)
     out = np.asarray(out)
     # guard the contract for every family, including ones added later
     if out.shape != (batch_size,) or not np.issubdtype(out.dtype, np.integer):
-        raise RuntimeError(f"length family {family!r} returned {out.dtype} {out.shape}, "
-                           f"expected integer [{batch_size}]")
+        raise RuntimeError(
+            f"length family {family!r} returned {out.dtype} {out.shape}, expected integer [{batch_size}]"
+        )
     if out.size and (out.min() < 0 or out.max() > max_len):
         raise RuntimeError(f"length family {family!r} returned lengths outside [0, {max_len}]")
     return out.astype(np.int64, copy=False)
@@ -243,6 +253,7 @@ def _sample(family: str, batch_size: int, max_len: int, seed: int, params: dict)
 # --------------------------------------------------------------------------------------------------
 # the families
 # --------------------------------------------------------------------------------------------------
+
 
 @register_family("uniform_fill", fill=Param(REQUIRED, real(0, 1, lo_open=True)))
 def uniform_fill(batch_size: int, max_len: int, seed: int, *, fill: float) -> np.ndarray:
@@ -264,8 +275,11 @@ def uniform_fill(batch_size: int, max_len: int, seed: int, *, fill: float) -> np
     return rng.integers(lo, hi, size=batch_size, endpoint=True, dtype=np.int64)
 
 
-@register_family("hstu_sl", fill=Param(REQUIRED, real(0, 1, lo_open=True)),
-                 alpha=Param(REQUIRED, real(0, 2, lo_open=True, note="; published range [1.6, 2.0]")))
+@register_family(
+    "hstu_sl",
+    fill=Param(REQUIRED, real(0, 1, lo_open=True)),
+    alpha=Param(REQUIRED, real(0, 2, lo_open=True, note="; published range [1.6, 2.0]")),
+)
 def hstu_sl(batch_size: int, max_len: int, seed: int, *, fill: float, alpha: float) -> np.ndarray:
     """`uniform_fill(fill)` followed by HSTU's Stochastic Length (SL) truncation.
 
@@ -297,18 +311,24 @@ LOGNORMAL_PRESETS: dict[str, dict[str, float]] = {
 def _check_lognormal(p: dict, max_len: int | None) -> None:
     if p["preset"] is None and any(p[k] is None for k in ("s", "loc", "scale")):
         missing = [k for k in ("s", "loc", "scale") if p[k] is None]
-        raise ValueError(f"length family 'lognormal': give preset or all of s, loc, scale (missing "
-                         f"{', '.join(missing)}); allowed presets: {', '.join(LOGNORMAL_PRESETS)}")
+        raise ValueError(
+            f"length family 'lognormal': give preset or all of s, loc, scale (missing "
+            f"{', '.join(missing)}); allowed presets: {', '.join(LOGNORMAL_PRESETS)}"
+        )
 
 
-@register_family("lognormal", check=_check_lognormal,
-                 s=Param(None, optional(real(0, lo_open=True))),
-                 loc=Param(None, optional(real())),
-                 scale=Param(None, optional(real(0, lo_open=True))),
-                 min_len=Param(20, integer(1, hi_is_max_len=True)),
-                 preset=Param(None, optional(one_of(tuple(LOGNORMAL_PRESETS)))))
-def lognormal(batch_size: int, max_len: int, seed: int, *, s=None, loc=None, scale=None,
-              min_len=20, preset=None) -> np.ndarray:
+@register_family(
+    "lognormal",
+    check=_check_lognormal,
+    s=Param(None, optional(real(0, lo_open=True))),
+    loc=Param(None, optional(real())),
+    scale=Param(None, optional(real(0, lo_open=True))),
+    min_len=Param(20, integer(1, hi_is_max_len=True)),
+    preset=Param(None, optional(one_of(tuple(LOGNORMAL_PRESETS)))),
+)
+def lognormal(
+    batch_size: int, max_len: int, seed: int, *, s=None, loc=None, scale=None, min_len=20, preset=None
+) -> np.ndarray:
     """Shifted log-normal user-history lengths: L = clip(round(loc + scale * exp(s * Z)), min_len, N).
 
     Z ~ N(0, 1); this is scipy.stats.lognorm(s, loc, scale). Presets (`LOGNORMAL_PRESETS`) are the
@@ -327,8 +347,11 @@ def lognormal(batch_size: int, max_len: int, seed: int, *, s=None, loc=None, sca
     return np.clip(raw, lo, max_len).astype(np.int64)
 
 
-@register_family("zipf", gamma=Param(REQUIRED, real(0, lo_open=True, note="; typical 1.7, 2.0, 2.5")),
-                 min_len=Param(1, integer(1, hi_is_max_len=True)))
+@register_family(
+    "zipf",
+    gamma=Param(REQUIRED, real(0, lo_open=True, note="; typical 1.7, 2.0, 2.5")),
+    min_len=Param(1, integer(1, hi_is_max_len=True)),
+)
 def zipf(batch_size: int, max_len: int, seed: int, *, gamma: float, min_len: int = 1) -> np.ndarray:
     """Truncated power law: P(L = k) proportional to k^-gamma for k in [min_len, N].
 
@@ -347,20 +370,26 @@ def zipf(batch_size: int, max_len: int, seed: int, *, gamma: float, min_len: int
 def _check_spike(p: dict, max_len: int | None) -> None:
     base = p["base"]
     if base == "spike":
-        raise ValueError("length family 'spike': bad value base='spike'; allowed: "
-                         + ", ".join(f for f in FAMILIES if f != "spike"))
+        raise ValueError(
+            "length family 'spike': bad value base='spike'; allowed: " + ", ".join(f for f in FAMILIES if f != "spike")
+        )
     base_params = {k: v for k, v in p.items() if k not in ("p", "base")}
     allowed = ["p", "base", *family_params(base)]
     for k in base_params:
         if k not in allowed:
-            raise ValueError(f"length family 'spike' (base {base!r}): unknown param {k!r}; "
-                             f"allowed: {', '.join(allowed)}")
+            raise ValueError(
+                f"length family 'spike' (base {base!r}): unknown param {k!r}; allowed: {', '.join(allowed)}"
+            )
     check_family_params(base, base_params, max_len=max_len)
 
 
-@register_family("spike", check=_check_spike, open_params=True,
-                 p=Param(REQUIRED, real(0, 1)),
-                 base=Param(REQUIRED, one_of(lambda: tuple(f for f in FAMILIES if f != "spike"))))
+@register_family(
+    "spike",
+    check=_check_spike,
+    open_params=True,
+    p=Param(REQUIRED, real(0, 1)),
+    base=Param(REQUIRED, one_of(lambda: tuple(f for f in FAMILIES if f != "spike"))),
+)
 def spike(batch_size: int, max_len: int, seed: int, *, p: float, base: str, **base_params) -> np.ndarray:
     """Capped heavy users: with probability p a length is N, otherwise it comes from `base`.
 
@@ -375,16 +404,20 @@ def spike(batch_size: int, max_len: int, seed: int, *, p: float, base: str, **ba
 
 def _check_empirical(p: dict, max_len: int | None) -> None:
     if p["column"] is not None and p["user_column"] is not None:
-        raise ValueError("length family 'empirical': give column (a column of lengths) or user_column "
-                         "(an interaction log counted per user), not both")
+        raise ValueError(
+            "length family 'empirical': give column (a column of lengths) or user_column "
+            "(an interaction log counted per user), not both"
+        )
 
 
-@register_family("empirical", check=_check_empirical,
-                 path=Param(REQUIRED, path_like),
-                 column=Param(None, optional(text)),
-                 user_column=Param(None, optional(text)))
-def empirical(batch_size: int, max_len: int, seed: int, *, path, column=None,
-              user_column=None) -> np.ndarray:
+@register_family(
+    "empirical",
+    check=_check_empirical,
+    path=Param(REQUIRED, path_like),
+    column=Param(None, optional(text)),
+    user_column=Param(None, optional(text)),
+)
+def empirical(batch_size: int, max_len: int, seed: int, *, path, column=None, user_column=None) -> np.ndarray:
     """Resample (with replacement, seeded) per-user lengths from a user's file.
 
     Formats (see `workloads.empirical.load_lengths`): a text file of integers; a CSV/Parquet column of

@@ -8,6 +8,7 @@ A length family gives one length L per sequence; a pairing rule turns it into (L
 Pairing lengths are not capped at max_len: a fixed KV or a seed count longer than the Q maximum is a
 legitimate shape, and max_len only bounds what the length family draws.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -113,8 +114,17 @@ def sort_by_length(q_lengths, kv_lengths) -> tuple[np.ndarray, np.ndarray]:
     return q[order], k[order]
 
 
-def build_lengths(family: str, family_params: dict, rule: str, rule_params: dict, *, batch_size: int,
-                  max_len: int, seed: int = 0, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def build_lengths(
+    family: str,
+    family_params: dict,
+    rule: str,
+    rule_params: dict,
+    *,
+    batch_size: int,
+    max_len: int,
+    seed: int = 0,
+    sort: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Lengths of one workload: draw from `family`, pair them by `rule`, optionally sort by work."""
     check_pairing_params(rule, rule_params)  # fail on a bad rule before drawing anything
     lengths = sample_lengths(family, batch_size, max_len, seed, **(family_params or {}))
@@ -122,9 +132,18 @@ def build_lengths(family: str, family_params: dict, rule: str, rule_params: dict
     return sort_by_length(q, k) if sort else (q, k)
 
 
-def check_workload(family: str, family_params: dict | None, rule: str = "self", rule_params: dict | None = None,
-                   *, batch_size: int, max_len: int, seed: int = 0, sort: bool = False,
-                   base_dir=None) -> tuple[np.ndarray, np.ndarray]:
+def check_workload(
+    family: str,
+    family_params: dict | None,
+    rule: str = "self",
+    rule_params: dict | None = None,
+    *,
+    batch_size: int,
+    max_len: int,
+    seed: int = 0,
+    sort: bool = False,
+    base_dir=None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Validate one workload completely, by building its lengths; return (q_lengths, kv_lengths).
 
     Checks what `check_family_params` cannot without drawing: sizes, the seed, and every file the
@@ -141,8 +160,11 @@ def check_workload(family: str, family_params: dict | None, rule: str = "self", 
         raise ValueError(f"bad value sort_by_length={sort!r}; allowed: true or false")
     fparams = resolve_family_params(family, family_params or {}, base_dir)
     try:
-        return build_lengths(family, fparams, rule, rule_params or {}, batch_size=batch_size, max_len=max_len,
-                             seed=seed, sort=bool(sort))
+        return build_lengths(
+            family, fparams, rule, rule_params or {}, batch_size=batch_size, max_len=max_len, seed=seed, sort=bool(sort)
+        )
     except MemoryError:
-        raise ValueError(f"batch_size={batch_size}, max_len={max_len}: too large to sample the lengths in "
-                         f"memory; allowed: sizes a batch can have") from None
+        raise ValueError(
+            f"batch_size={batch_size}, max_len={max_len}: too large to sample the lengths in "
+            f"memory; allowed: sizes a batch can have"
+        ) from None

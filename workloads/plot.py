@@ -1,4 +1,5 @@
 """Histogram of a workload's Q and KV lengths (used by `bench workloads` and the report)."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,14 @@ def plot_length_histogram(q_lengths, kv_lengths, path, title: str = "") -> None:
         # one bar per integer length when the range is small, else 60 even bins on the shared range
         bins = np.arange(lo, hi + 2) - 0.5 if hi - lo <= 60 else np.linspace(lo, hi, 61)
         ax.hist(q, bins=bins, alpha=0.6, color="tab:blue", label=f"Q (mean {q.mean():.1f}, max {q.max()})")
-        ax.hist(k, bins=bins, alpha=0.6, color="tab:orange", histtype="stepfilled",
-                label=f"KV (mean {k.mean():.1f}, max {k.max()})")
+        ax.hist(
+            k,
+            bins=bins,
+            alpha=0.6,
+            color="tab:orange",
+            histtype="stepfilled",
+            label=f"KV (mean {k.mean():.1f}, max {k.max()})",
+        )
         ax.legend(loc="upper right")
     else:
         ax.text(0.5, 0.5, "no sequences", ha="center", va="center", transform=ax.transAxes)

@@ -3,6 +3,7 @@
 `work_pairs` is the per-sequence count of (query, key) score pairs a kernel computes; FLOPs are
 4·H·D·Σ work_pairs (docs/DESIGN.md §3), so this is the one place that decides what "causal" costs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -10,9 +11,28 @@ import math
 
 import numpy as np
 
-STATS_KEYS = ("B", "total_q", "total_kv", "mean_q", "p50_q", "p90_q", "p99_q", "max_q", "mean_kv",
-              "p50_kv", "p90_kv", "p99_kv", "max_kv", "padding_waste", "padding_waste_kv", "flop_waste",
-              "imbalance", "top1pct_work_share", "total_work_pairs", "lengths_sha256")
+STATS_KEYS = (
+    "B",
+    "total_q",
+    "total_kv",
+    "mean_q",
+    "p50_q",
+    "p90_q",
+    "p99_q",
+    "max_q",
+    "mean_kv",
+    "p50_kv",
+    "p90_kv",
+    "p99_kv",
+    "max_kv",
+    "padding_waste",
+    "padding_waste_kv",
+    "flop_waste",
+    "imbalance",
+    "top1pct_work_share",
+    "total_work_pairs",
+    "lengths_sha256",
+)
 
 
 def _pair(q_lengths, kv_lengths) -> tuple[np.ndarray, np.ndarray]:
@@ -53,11 +73,21 @@ def _r(x: float) -> float:
 
 def _dist(x: np.ndarray, suffix: str) -> dict:
     if x.size == 0:
-        return {f"mean_{suffix}": 0.0, f"p50_{suffix}": 0.0, f"p90_{suffix}": 0.0,
-                f"p99_{suffix}": 0.0, f"max_{suffix}": 0}
+        return {
+            f"mean_{suffix}": 0.0,
+            f"p50_{suffix}": 0.0,
+            f"p90_{suffix}": 0.0,
+            f"p99_{suffix}": 0.0,
+            f"max_{suffix}": 0,
+        }
     p50, p90, p99 = np.percentile(x, [50, 90, 99])  # numpy's default (linear) interpolation
-    return {f"mean_{suffix}": _r(x.mean()), f"p50_{suffix}": _r(p50), f"p90_{suffix}": _r(p90),
-            f"p99_{suffix}": _r(p99), f"max_{suffix}": int(x.max())}
+    return {
+        f"mean_{suffix}": _r(x.mean()),
+        f"p50_{suffix}": _r(p50),
+        f"p90_{suffix}": _r(p90),
+        f"p99_{suffix}": _r(p99),
+        f"max_{suffix}": int(x.max()),
+    }
 
 
 def stats(q_lengths, kv_lengths, *, causal: bool = False) -> dict:
@@ -91,14 +121,16 @@ def stats(q_lengths, kv_lengths, *, causal: bool = False) -> dict:
     out = {"B": B, "total_q": total_q, "total_kv": total_kv}
     out.update(_dist(q, "q"))
     out.update(_dist(k, "kv"))
-    out.update({
-        "padding_waste": waste(total_q, B * max_q),
-        "padding_waste_kv": waste(total_kv, B * max_kv),
-        "flop_waste": waste(total_w, B * max_q * max_kv),
-        "imbalance": imbalance,
-        "top1pct_work_share": top_share,
-        "total_work_pairs": total_w,
-        "lengths_sha256": lengths_sha256(q, k),
-    })
+    out.update(
+        {
+            "padding_waste": waste(total_q, B * max_q),
+            "padding_waste_kv": waste(total_kv, B * max_kv),
+            "flop_waste": waste(total_w, B * max_q * max_kv),
+            "imbalance": imbalance,
+            "top1pct_work_share": top_share,
+            "total_work_pairs": total_w,
+            "lengths_sha256": lengths_sha256(q, k),
+        }
+    )
     assert tuple(out) == STATS_KEYS
     return out

@@ -70,9 +70,9 @@ def ticks_with_brackets(times: list[float], values: list) -> dict | None:
         "bracket_start_ms": (pairs[first][0] - pairs[first - 1][0]) * 1e3,
         "bracket_end_ms": (pairs[last][0] - pairs[last - 1][0]) * 1e3,
         "changes": len(changes),
-        "step_ms": statistics.median(
-            (pairs[b][0] - pairs[a][0]) * 1e3 for a, b in itertools.pairwise(changes)
-        ) if len(changes) > 2 else math.nan,
+        "step_ms": statistics.median((pairs[b][0] - pairs[a][0]) * 1e3 for a, b in itertools.pairwise(changes))
+        if len(changes) > 2
+        else math.nan,
     }
 
 
@@ -109,13 +109,20 @@ def loop_a(fn, sync, mon: PowerMonitor, seconds: float, window: float) -> tuple[
             p = mon.measure(fn, sync=sync, min_seconds=window)
             w = mon.window(i0)
             seen = ticks_with_brackets(w["energy_times_s"], w["energy_mj"]) or {}
-            rows.append({
-                "loop": "A", "samples_w": p["avg_w"], "ticks_sampler_w": p["avg_w_from_energy"],
-                "energy_source": p["energy_source"], "delta_w": p["avg_w_from_energy_delta"],
-                "sampler_bracket_start_ms": seen.get("bracket_start_ms"),
-                "sampler_bracket_end_ms": seen.get("bracket_end_ms"), "step_ms": seen.get("step_ms"),
-                "seconds": p["seconds"], "calls": p["calls"],
-            })
+            rows.append(
+                {
+                    "loop": "A",
+                    "samples_w": p["avg_w"],
+                    "ticks_sampler_w": p["avg_w_from_energy"],
+                    "energy_source": p["energy_source"],
+                    "delta_w": p["avg_w_from_energy_delta"],
+                    "sampler_bracket_start_ms": seen.get("bracket_start_ms"),
+                    "sampler_bracket_end_ms": seen.get("bracket_end_ms"),
+                    "step_ms": seen.get("step_ms"),
+                    "seconds": p["seconds"],
+                    "calls": p["calls"],
+                }
+            )
     return rows, ref
 
 
@@ -127,8 +134,9 @@ def cuda_fence():
     return ev
 
 
-def loop_b(fn, sync, mon: PowerMonitor, seconds: float, window: float, batch: int,
-           fence=cuda_fence) -> tuple[list[dict], Reference]:
+def loop_b(
+    fn, sync, mon: PowerMonitor, seconds: float, window: float, batch: int, fence=cuda_fence
+) -> tuple[list[dict], Reference]:
     """One continuous loop; the loop's thread reads the counter after launching each batch. `fence()`
     marks the end of a batch on the device (an object with `synchronize()`)."""
     polls: list[tuple[float, int | None, int]] = []  # (time after the read, counter mJ, sampler length)
@@ -156,22 +164,29 @@ def loop_b(fn, sync, mon: PowerMonitor, seconds: float, window: float, batch: in
         w = mon.window(inside[0][2], inside[-1][2])
         seen = ticks_with_brackets(w["energy_times_s"], w["energy_mj"]) or {}
         summary = summarize_samples(w["power_w"], w["sm_clock_mhz"], None, w["reason_masks"], cap_w=mon.cap_w())
-        rows.append({
-            "loop": "B", "t_s": start - polls[0][0], "samples_w": summary["avg_w"],
-            "frac_sw_power_cap": summary["frac_sw_power_cap"], "sm_clock_mhz": summary["sm_clock_mhz_median"],
-            "ticks_sampler_w": seen.get("watts"), "ticks_loop_w": own.get("watts"),
-            "sampler_bracket_start_ms": seen.get("bracket_start_ms"),
-            "sampler_bracket_end_ms": seen.get("bracket_end_ms"),
-            "loop_bracket_start_ms": own.get("bracket_start_ms"), "loop_bracket_end_ms": own.get("bracket_end_ms"),
-            "step_ms": own.get("step_ms"), "seconds": window, "calls": None,
-        })
+        rows.append(
+            {
+                "loop": "B",
+                "t_s": start - polls[0][0],
+                "samples_w": summary["avg_w"],
+                "frac_sw_power_cap": summary["frac_sw_power_cap"],
+                "sm_clock_mhz": summary["sm_clock_mhz_median"],
+                "ticks_sampler_w": seen.get("watts"),
+                "ticks_loop_w": own.get("watts"),
+                "sampler_bracket_start_ms": seen.get("bracket_start_ms"),
+                "sampler_bracket_end_ms": seen.get("bracket_end_ms"),
+                "loop_bracket_start_ms": own.get("bracket_start_ms"),
+                "loop_bracket_end_ms": own.get("bracket_end_ms"),
+                "step_ms": own.get("step_ms"),
+                "seconds": window,
+                "calls": None,
+            }
+        )
         start += window
     return rows, ref
 
 
-def validate(
-    fn, sync, mon: PowerMonitor, a, batch: int, cap: float | None, size=None, fence=cuda_fence
-) -> list[dict]:
+def validate(fn, sync, mon: PowerMonitor, a, batch: int, cap: float | None, size=None, fence=cuda_fence) -> list[dict]:
     """Loops A, B and C for one workload (see the module docstring): prints their tables, returns the windows."""
     rows_a, ref_a = loop_a(fn, sync, mon, a.seconds, a.window)
     rows_b, ref_b = loop_b(fn, sync, mon, a.seconds, a.window, batch, fence)
@@ -185,13 +200,17 @@ def validate(
     sync()
     time.sleep(a.idle)
     rows_c, _ = loop_b(fn, sync, mon, a.settle_seconds, 0.5, batch, fence)
-    print(f" C: after {a.idle:g} s idle, the loop in 0.5 s windows (loop-thread ticks W / sampled W / "
-          f"share of samples with sw_power_cap / SM MHz):")
+    print(
+        f" C: after {a.idle:g} s idle, the loop in 0.5 s windows (loop-thread ticks W / sampled W / "
+        f"share of samples with sw_power_cap / SM MHz):"
+    )
     for r in rows_c:
         r["loop"] = "C"
         cap_share = r["frac_sw_power_cap"]
-        print(f"  {r['t_s']:5.2f} s  {r['ticks_loop_w'] or math.nan:6.1f}  {r['samples_w'] or math.nan:6.1f}  "
-              f"{cap_share if cap_share is not None else math.nan:4.2f}  {r['sm_clock_mhz'] or math.nan:5.0f}")
+        print(
+            f"  {r['t_s']:5.2f} s  {r['ticks_loop_w'] or math.nan:6.1f}  {r['samples_w'] or math.nan:6.1f}  "
+            f"{cap_share if cap_share is not None else math.nan:4.2f}  {r['sm_clock_mhz'] or math.nan:5.0f}"
+        )
     for r, ref in [(r, ref_a) for r in rows_a] + [(r, ref_b) for r in rows_b] + [(r, None) for r in rows_c]:
         r.update(size=size, reference_w=ref.watts if ref else None)
     return rows_a + rows_b + rows_c
@@ -222,28 +241,38 @@ def calls_per(fn, sync, seconds: float) -> int:
 def summarise(rows: list[dict], ref: Reference, cap_w: float | None, step_ms: float) -> list[str]:
     out = []
     ref_err = 2 * step_ms / 1e3 / ref.seconds if step_ms == step_ms else math.nan
-    out.append(f"  reference {ref.watts:.1f} W over {ref.seconds:.1f} s (counter delta; ± {ref_err:.1%} from its "
-               f"{step_ms:.0f} ms steps), {len(rows)} windows")
+    out.append(
+        f"  reference {ref.watts:.1f} W over {ref.seconds:.1f} s (counter delta; ± {ref_err:.1%} from its "
+        f"{step_ms:.0f} ms steps), {len(rows)} windows"
+    )
     if getattr(ref, "ticks_w", None) is not None:
-        out.append(f"  (the same loop by the loop thread's first-to-last counter change: {ref.ticks_w:.1f} W, "
-                   f"{ref.ticks_w / ref.watts - 1:+.2%} from the reference)")
-    for key, label in (("samples_w", "sampled average (instant field)"),
-                       ("ticks_sampler_w", "counter ticks, sampler thread (current)"),
-                       ("delta_w", "counter start/end delta"),
-                       ("ticks_loop_w", "counter ticks, loop thread (proposed)")):
+        out.append(
+            f"  (the same loop by the loop thread's first-to-last counter change: {ref.ticks_w:.1f} W, "
+            f"{ref.ticks_w / ref.watts - 1:+.2%} from the reference)"
+        )
+    for key, label in (
+        ("samples_w", "sampled average (instant field)"),
+        ("ticks_sampler_w", "counter ticks, sampler thread (current)"),
+        ("delta_w", "counter start/end delta"),
+        ("ticks_loop_w", "counter ticks, loop thread (proposed)"),
+    ):
         vals = [r[key] for r in rows if r.get(key) is not None]
         if not vals:
             continue
         err = [v / ref.watts - 1 for v in vals]
         over = sum(v > cap_w * 1.03 for v in vals) if cap_w else 0
-        out.append(f"  {label:42s} mean {statistics.fmean(vals):6.1f} W  error {statistics.fmean(err):+6.2%}  "
-                   f"sd {statistics.pstdev(err):5.2%}  worst {max(err, key=abs):+6.2%}  > cap+3%: {over}")
+        out.append(
+            f"  {label:42s} mean {statistics.fmean(vals):6.1f} W  error {statistics.fmean(err):+6.2%}  "
+            f"sd {statistics.pstdev(err):5.2%}  worst {max(err, key=abs):+6.2%}  > cap+3%: {over}"
+        )
     for who in ("sampler", "loop"):
         s = [r[f"{who}_bracket_start_ms"] for r in rows if r.get(f"{who}_bracket_start_ms") is not None]
         e = [r[f"{who}_bracket_end_ms"] for r in rows if r.get(f"{who}_bracket_end_ms") is not None]
         if s and e:
-            out.append(f"  {who:7s} thread brackets at the first / last tick: median {statistics.median(s):5.1f} / "
-                       f"{statistics.median(e):5.1f} ms, max {max(s):5.1f} / {max(e):5.1f} ms")
+            out.append(
+                f"  {who:7s} thread brackets at the first / last tick: median {statistics.median(s):5.1f} / "
+                f"{statistics.median(e):5.1f} ms, max {max(s):5.1f} / {max(e):5.1f} ms"
+            )
     return out
 
 
@@ -273,8 +302,10 @@ def main() -> int:
         print(f"NVML not available: {mon.unavailable_reason}", file=sys.stderr)
         return 2
     cap = a.cap_w or mon.enforced_power_limit_w
-    print(f"{mon.gpu_name} (GPU {a.device}), power source {mon.power_source}, cap {cap} W, "
-          f"loops of {a.seconds:g} s in {a.window:g} s windows")
+    print(
+        f"{mon.gpu_name} (GPU {a.device}), power source {mon.power_source}, cap {cap} W, "
+        f"loops of {a.seconds:g} s in {a.window:g} s windows"
+    )
     mon.start()
     all_rows = []
     try:
@@ -288,8 +319,10 @@ def main() -> int:
                     fn()
                 sync()
             per_call_us = 5e3 / batch
-            print(f"\n== bf16 GEMM {n}x{n}x{n}: ~{per_call_us:.0f} us per call, loop B reads the counter every "
-                  f"{batch} calls")
+            print(
+                f"\n== bf16 GEMM {n}x{n}x{n}: ~{per_call_us:.0f} us per call, loop B reads the counter every "
+                f"{batch} calls"
+            )
             all_rows += validate(fn, sync, mon, a, batch, cap, size=n)
     finally:
         mon.stop()

@@ -14,6 +14,7 @@ Timing: triton.testing.do_bench (CUDA events, L2 cleared before each call), medi
 interleaved round by round and each one's figure is the median over rounds. FLOPs: fwd 4·H·D·ΣLq·Lk,
 bwd 2.5× (the peers' convention). Prints TFLOP/s and public / harness per case; writes CSV to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,9 @@ from workloads import build_lengths, make_batch
 
 B, H, D = 1152, 4, 128
 LENGTHS = (256, 512, 1024, 2048)
-SHAPES = ([(f"set1/L={L}/fill={fill}", L, fill, L) for L in LENGTHS for fill in (0.5, 1.0)]
-          + [(f"set2/L={L}", L, 1.0, 256) for L in LENGTHS])
+SHAPES = [(f"set1/L={L}/fill={fill}", L, fill, L) for L in LENGTHS for fill in (0.5, 1.0)] + [
+    (f"set2/L={L}", L, 1.0, 256) for L in LENGTHS
+]
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5}
 
 
@@ -56,14 +58,17 @@ def main() -> None:
     rows = []
     print(f"{'case':32s} {'public':>8s} {'harness':>8s} {'pub/har':>8s} {'full':>8s}  (TFLOP/s)", flush=True)
     for name, L, fill, kv_len in SHAPES:
-        q_len, kv = build_lengths("uniform_fill", {"fill": fill}, "fixed_kv", {"kv_len": kv_len},
-                                  batch_size=B, max_len=L, seed=0)
+        q_len, kv = build_lengths(
+            "uniform_fill", {"fill": fill}, "fixed_kv", {"kv_len": kv_len}, batch_size=B, max_len=L, seed=0
+        )
         b = make_batch(q_len, kv, H=H, D=D, dtype=torch.bfloat16, device=dev, seed=0)
         fwd_flops = 4.0 * H * D * float((np.asarray(q_len) * np.asarray(kv)).sum())
         for mode in ("fwd", "bwd"):
-            fns = {"public": public_callable(b, mode, "host"),
-                   "harness": provider.build(b, CaseSpec(mode=mode, activation="fast_gelu"), mode),
-                   "public_full": public_callable(b, mode, "full")}
+            fns = {
+                "public": public_callable(b, mode, "host"),
+                "harness": provider.build(b, CaseSpec(mode=mode, activation="fast_gelu"), mode),
+                "public_full": public_callable(b, mode, "full"),
+            }
             for fn in fns.values():
                 fn()  # compile / autotune outside the timed calls
             torch.cuda.synchronize()
@@ -75,19 +80,29 @@ def main() -> None:
             tf = {k: flops / (statistics.median(v) * 1e-3) / 1e12 for k, v in ms.items()}
             ratio = tf["public"] / tf["harness"]
             case = f"{name}/{mode}"
-            print(f"{case:32s} {tf['public']:8.1f} {tf['harness']:8.1f} {ratio:8.3f} {tf['public_full']:8.1f}",
-                  flush=True)
-            rows.append(dict(case=case, mode=mode, public_tflops=round(tf["public"], 2),
-                             harness_tflops=round(tf["harness"], 2), public_over_harness=round(ratio, 4),
-                             public_full_tflops=round(tf["public_full"], 2),
-                             **{f"{k}_ms": [round(x, 4) for x in v] for k, v in ms.items()},
-                             kernel_config=provider.kernel_configs()))
+            print(
+                f"{case:32s} {tf['public']:8.1f} {tf['harness']:8.1f} {ratio:8.3f} {tf['public_full']:8.1f}", flush=True
+            )
+            rows.append(
+                dict(
+                    case=case,
+                    mode=mode,
+                    public_tflops=round(tf["public"], 2),
+                    harness_tflops=round(tf["harness"], 2),
+                    public_over_harness=round(ratio, 4),
+                    public_full_tflops=round(tf["public_full"], 2),
+                    **{f"{k}_ms": [round(x, 4) for x in v] for k, v in ms.items()},
+                    kernel_config=provider.kernel_configs(),
+                )
+            )
             del fns
             torch.cuda.empty_cache()
     worst = min(rows, key=lambda r: r["public_over_harness"])
     best = max(rows, key=lambda r: r["public_over_harness"])
-    print(f"public / harness: min {worst['public_over_harness']:.3f} ({worst['case']}), "
-          f"max {best['public_over_harness']:.3f} ({best['case']}); bar: within 5% on all {len(rows)}")
+    print(
+        f"public / harness: min {worst['public_over_harness']:.3f} ({worst['case']}), "
+        f"max {best['public_over_harness']:.3f} ({best['case']}); bar: within 5% on all {len(rows)}"
+    )
     path = os.path.join(a.out, "public_op_vs_harness.csv")
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -5,6 +5,7 @@ vanish at compile time. `HW_TANH` (a constexpr the launcher sets from the device
 the `fast_*` variants: on a GPU the one-instruction hardware `tanh.approx.f32` (inline PTX), in the
 CPU interpreter (which has no PTX) an overflow-safe exp formula — the exact variants always use that.
 """
+
 import triton
 import triton.language as tl
 
@@ -16,8 +17,7 @@ _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
 
 @triton.jit
 def _tanh_hw(x):
-    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x],
-                                     dtype=tl.float32, is_pure=True, pack=1)
+    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit

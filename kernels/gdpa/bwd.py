@@ -11,6 +11,7 @@ The linear scales (qk_scale on P, qk_scale·alpha on dS) are applied once per ou
 epilogues, not per score. Every output row is written, including rows of sequences whose partner side
 is empty (their gradient is zero).
 """
+
 import triton
 import triton.language as tl
 
@@ -20,14 +21,43 @@ from kernels.gdpa.tiles import triton_config
 
 
 @triton.jit
-def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, q_offsets, kv_offsets,
-                         stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
-                         stride_dom, stride_doh, stride_dkm, stride_dkh, stride_dvm, stride_dvh,
-                         alpha, qk_scale,
-                         max_q_bucket, max_kv_bucket, rows_q_bucket, rows_kv_bucket,
-                         HKV: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                         HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def gdpa_bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DK,
+    DV,
+    q_offsets,
+    kv_offsets,
+    stride_qm,
+    stride_qh,
+    stride_km,
+    stride_kh,
+    stride_vm,
+    stride_vh,
+    stride_dom,
+    stride_doh,
+    stride_dkm,
+    stride_dkh,
+    stride_dvm,
+    stride_dvh,
+    alpha,
+    qk_scale,
+    max_q_bucket,
+    max_kv_bucket,
+    rows_q_bucket,
+    rows_kv_bucket,
+    HKV: tl.constexpr,
+    GROUPS: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ACT: tl.constexpr,
+    HW_TANH: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     # grid: (key tiles of the longest sequence, sequences · KV heads); a tile past its sequence's end exits
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // HKV
@@ -73,21 +103,53 @@ def gdpa_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, q_offsets, kv_offsets,
             dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
 
     ds_scale = qk_scale * alpha
-    tl.store(DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :],
-             (dk * ds_scale).to(DK.dtype.element_ty), mask=kv_ok[:, None])
-    tl.store(DV + kv_rows * stride_dvm + hk * stride_dvh + offs_d[None, :],
-             (dv * qk_scale).to(DV.dtype.element_ty), mask=kv_ok[:, None])
+    tl.store(
+        DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :],
+        (dk * ds_scale).to(DK.dtype.element_ty),
+        mask=kv_ok[:, None],
+    )
+    tl.store(
+        DV + kv_rows * stride_dvm + hk * stride_dvh + offs_d[None, :],
+        (dv * qk_scale).to(DV.dtype.element_ty),
+        mask=kv_ok[:, None],
+    )
 
 
 @triton.jit
-def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
-                       stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
-                       stride_dom, stride_doh, stride_dqm, stride_dqh,
-                       alpha, qk_scale,
-                       max_q_bucket, max_kv_bucket, rows_q_bucket, rows_kv_bucket,
-                       H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                       HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def gdpa_bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DQ,
+    q_offsets,
+    kv_offsets,
+    stride_qm,
+    stride_qh,
+    stride_km,
+    stride_kh,
+    stride_vm,
+    stride_vh,
+    stride_dom,
+    stride_doh,
+    stride_dqm,
+    stride_dqh,
+    alpha,
+    qk_scale,
+    max_q_bucket,
+    max_kv_bucket,
+    rows_q_bucket,
+    rows_kv_bucket,
+    H: tl.constexpr,
+    GROUPS: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ACT: tl.constexpr,
+    HW_TANH: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     # grid: (query tiles of the longest sequence, sequences · heads); a tile past its sequence's end exits
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
@@ -119,16 +181,18 @@ def gdpa_bwd_dq_kernel(Q, K, V, DO, DQ, q_offsets, kv_offsets,
         kv_ok = cols < lk
         k = tl.load(k_ptrs + start_n * stride_km, mask=kv_ok[:, None], other=0.0)
         v = tl.load(v_ptrs + start_n * stride_vm, mask=kv_ok[:, None], other=0.0)
-        _, dact = act_fwd_bwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT,
-                                     HW_TANH)
+        _, dact = act_fwd_bwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         keep = kv_ok[None, :]
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
         ds = tl.where(keep, dact * dp, 0.0)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
-    tl.store(DQ + q_rows * stride_dqm + h * stride_dqh + offs_d[None, :],
-             (dq * (qk_scale * alpha)).to(DQ.dtype.element_ty), mask=q_ok[:, None])
+    tl.store(
+        DQ + q_rows * stride_dqm + h * stride_dqh + offs_d[None, :],
+        (dq * (qk_scale * alpha)).to(DQ.dtype.element_ty),
+        mask=q_ok[:, None],
+    )
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py), autotuned per launch.TUNING_KEY.
@@ -156,15 +220,46 @@ gdpa_bwd_dq_kernel_tuned = triton.autotune(
 
 def _inputs(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, alpha, qk_scale, activation, causal) -> dict:
     """Arguments the dK/dV and dQ kernels share."""
-    return dict(Q=q, K=k, V=v, DO=do, q_offsets=q_offsets, kv_offsets=kv_offsets,
-                stride_qm=q.stride(0), stride_qh=q.stride(1), stride_km=k.stride(0), stride_kh=k.stride(1),
-                stride_vm=v.stride(0), stride_vh=v.stride(1), stride_dom=do.stride(0), stride_doh=do.stride(1),
-                alpha=alpha, qk_scale=qk_scale, **launch.tuning_key(q, k, max_q, max_kv),
-                GROUPS=q.shape[1] // k.shape[1], **launch.common_constants(q, activation, causal))
+    return dict(
+        Q=q,
+        K=k,
+        V=v,
+        DO=do,
+        q_offsets=q_offsets,
+        kv_offsets=kv_offsets,
+        stride_qm=q.stride(0),
+        stride_qh=q.stride(1),
+        stride_km=k.stride(0),
+        stride_kh=k.stride(1),
+        stride_vm=v.stride(0),
+        stride_vh=v.stride(1),
+        stride_dom=do.stride(0),
+        stride_doh=do.stride(1),
+        alpha=alpha,
+        qk_scale=qk_scale,
+        **launch.tuning_key(q, k, max_q, max_kv),
+        GROUPS=q.shape[1] // k.shape[1],
+        **launch.common_constants(q, activation, causal),
+    )
 
 
-def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-             dkdv_tiles=None, dq_tiles=None, record=None):
+def backward(
+    do,
+    q,
+    k,
+    v,
+    q_offsets,
+    kv_offsets,
+    max_q,
+    max_kv,
+    activation,
+    alpha,
+    qk_scale,
+    causal,
+    dkdv_tiles=None,
+    dq_tiles=None,
+    record=None,
+):
     """(dq, dk, dv): one dK/dV and one dQ launch (tiles None: autotuned); with `record`, record["dkdv"]
     and record["dq"] say what ran (launch.run). Every row is written, zeros where the partner side of a
     sequence is empty."""
@@ -175,14 +270,36 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
         return dq, dk, dv
     shared = _inputs(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, alpha, qk_scale, activation, causal)
     if k.shape[0] > 0:
-        args = dict(shared, DK=dk, DV=dv, stride_dkm=dk.stride(0), stride_dkh=dk.stride(1),
-                    stride_dvm=dv.stride(0), stride_dvh=dv.stride(1), HKV=Hkv)
-        launch.run(gdpa_bwd_dkdv_kernel, gdpa_bwd_dkdv_kernel_tuned, args,
-                   lambda block_m, block_n: (triton.cdiv(max(max_kv, 1), block_n), n_seqs * Hkv),
-                   dkdv_tiles, q.device, record, "dkdv")
+        args = dict(
+            shared,
+            DK=dk,
+            DV=dv,
+            stride_dkm=dk.stride(0),
+            stride_dkh=dk.stride(1),
+            stride_dvm=dv.stride(0),
+            stride_dvh=dv.stride(1),
+            HKV=Hkv,
+        )
+        launch.run(
+            gdpa_bwd_dkdv_kernel,
+            gdpa_bwd_dkdv_kernel_tuned,
+            args,
+            lambda block_m, block_n: (triton.cdiv(max(max_kv, 1), block_n), n_seqs * Hkv),
+            dkdv_tiles,
+            q.device,
+            record,
+            "dkdv",
+        )
     if q.shape[0] > 0:
         args = dict(shared, DQ=dq, stride_dqm=dq.stride(0), stride_dqh=dq.stride(1), H=H)
-        launch.run(gdpa_bwd_dq_kernel, gdpa_bwd_dq_kernel_tuned, args,
-                   lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * H),
-                   dq_tiles, q.device, record, "dq")
+        launch.run(
+            gdpa_bwd_dq_kernel,
+            gdpa_bwd_dq_kernel_tuned,
+            args,
+            lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * H),
+            dq_tiles,
+            q.device,
+            record,
+            "dq",
+        )
     return dq, dk, dv

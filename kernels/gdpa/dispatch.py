@@ -6,6 +6,7 @@ The Hopper package is imported lazily and defensively: where it is absent or fai
 backend is "unavailable" with that reason. Its contract (kernels/gdpa/hopper/__init__.py):
 `unavailable(device)`, `unsupported(q, k, v, activation, causal)`, `forward(...)`, `backward(...)`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -81,8 +82,9 @@ def _rule(mode: str, max_q: int, max_kv: int) -> str | None:
     return None
 
 
-def choose(mode: str, q, k, v, max_q: int, max_kv: int, activation: str, causal: bool,
-           options: GDPAOptions) -> tuple[str, str]:
+def choose(
+    mode: str, q, k, v, max_q: int, max_kv: int, activation: str, causal: bool, options: GDPAOptions
+) -> tuple[str, str]:
     """(backend, reason) for the forward (`mode` "fwd") or the backward ("bwd") of one call. Host-only:
     reads shapes, dtypes and devices, never tensor values. backend="hopper" where it cannot run raises
     ValueError (one line); it never falls back."""

@@ -6,6 +6,7 @@ final, so the inner loop is GEMM → activation → GEMM. Key tiles that lie who
 (and, for causal, wholly left of the diagonal) run without masks; only the last (or diagonal) tiles pay
 for masking. Masked loads, never act(0) = 0, keep a tile from reading the next sequence's keys.
 """
+
 import triton
 import triton.language as tl
 
@@ -15,9 +16,24 @@ from kernels.gdpa.tiles import triton_config
 
 
 @triton.jit
-def _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
-              alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr, CAUSAL: tl.constexpr,
-              MASKED: tl.constexpr, PRECISION: tl.constexpr):
+def _fwd_tile(
+    acc,
+    q,
+    k_ptrs,
+    v_ptrs,
+    start_n,
+    lk,
+    offs_m,
+    offs_n,
+    stride_km,
+    stride_vm,
+    alpha,
+    ACT: tl.constexpr,
+    HW_TANH: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     cols = start_n + offs_n
     if MASKED:
         kv_ok = cols < lk
@@ -37,13 +53,37 @@ def _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, st
 
 
 @triton.jit
-def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
-                    stride_qm, stride_qh, stride_km, stride_kh, stride_vm, stride_vh,
-                    stride_om, stride_oh, alpha, qk_scale,
-                    max_q_bucket, max_kv_bucket, rows_q_bucket, rows_kv_bucket,
-                    H: tl.constexpr, GROUPS: tl.constexpr, D: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
-                    HW_TANH: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def gdpa_fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    q_offsets,
+    kv_offsets,
+    stride_qm,
+    stride_qh,
+    stride_km,
+    stride_kh,
+    stride_vm,
+    stride_vh,
+    stride_om,
+    stride_oh,
+    alpha,
+    qk_scale,
+    max_q_bucket,
+    max_kv_bucket,
+    rows_q_bucket,
+    rows_kv_bucket,
+    H: tl.constexpr,
+    GROUPS: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ACT: tl.constexpr,
+    HW_TANH: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     # grid: (query tiles of the longest sequence, sequences · heads); a tile past its sequence's end exits
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
@@ -73,11 +113,43 @@ def gdpa_fwd_kernel(Q, K, V, Out, q_offsets, kv_offsets,
         hi = tl.minimum(lk, m0 + BLOCK_M)
         full_end = tl.minimum(full_end, m0)  # BLOCK_M % BLOCK_N == 0: tiles before m0 are unmasked
     for start_n in tl.range(0, full_end, BLOCK_N):
-        acc = _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
-                        alpha, ACT, HW_TANH, CAUSAL, False, PRECISION)
+        acc = _fwd_tile(
+            acc,
+            q,
+            k_ptrs,
+            v_ptrs,
+            start_n,
+            lk,
+            offs_m,
+            offs_n,
+            stride_km,
+            stride_vm,
+            alpha,
+            ACT,
+            HW_TANH,
+            CAUSAL,
+            False,
+            PRECISION,
+        )
     for start_n in range(full_end, hi, BLOCK_N):
-        acc = _fwd_tile(acc, q, k_ptrs, v_ptrs, start_n, lk, offs_m, offs_n, stride_km, stride_vm,
-                        alpha, ACT, HW_TANH, CAUSAL, True, PRECISION)
+        acc = _fwd_tile(
+            acc,
+            q,
+            k_ptrs,
+            v_ptrs,
+            start_n,
+            lk,
+            offs_m,
+            offs_n,
+            stride_km,
+            stride_vm,
+            alpha,
+            ACT,
+            HW_TANH,
+            CAUSAL,
+            True,
+            PRECISION,
+        )
 
     o_ptrs = Out + (q_start + offs_m)[:, None] * stride_om + h * stride_oh + offs_d[None, :]
     # qk_scale is linear: applied once per output element here, not once per score in the loop
@@ -101,8 +173,9 @@ gdpa_fwd_kernel_tuned = triton.autotune(
 )(gdpa_fwd_kernel)
 
 
-def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-            tiles=None, record=None):
+def forward(
+    q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, tiles=None, record=None
+):
     """Output `[ΣLq, H, D]` of one forward launch (tiles None: autotuned); with `record`, record["fwd"]
     says what ran (launch.run)."""
     out = launch.new_output(q)
@@ -110,14 +183,37 @@ def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk
     if n_seqs == 0 or q.shape[0] == 0:
         return out
     if causal and tiles is not None and tiles[0] % tiles[1]:
-        raise ValueError(f"gdpa: fwd_tiles {list(tiles)}: a causal forward needs BLOCK_M to be a multiple of "
-                         f"BLOCK_N")
-    args = dict(Q=q, K=k, V=v, Out=out, q_offsets=q_offsets, kv_offsets=kv_offsets,
-                stride_qm=q.stride(0), stride_qh=q.stride(1), stride_km=k.stride(0), stride_kh=k.stride(1),
-                stride_vm=v.stride(0), stride_vh=v.stride(1), stride_om=out.stride(0), stride_oh=out.stride(1),
-                alpha=alpha, qk_scale=qk_scale, **launch.tuning_key(q, k, max_q, max_kv),
-                H=H, GROUPS=H // Hkv, **launch.common_constants(q, activation, causal))
-    launch.run(gdpa_fwd_kernel, gdpa_fwd_kernel_tuned, args,
-               lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * H),
-               tiles, q.device, record, "fwd")
+        raise ValueError(f"gdpa: fwd_tiles {list(tiles)}: a causal forward needs BLOCK_M to be a multiple of BLOCK_N")
+    args = dict(
+        Q=q,
+        K=k,
+        V=v,
+        Out=out,
+        q_offsets=q_offsets,
+        kv_offsets=kv_offsets,
+        stride_qm=q.stride(0),
+        stride_qh=q.stride(1),
+        stride_km=k.stride(0),
+        stride_kh=k.stride(1),
+        stride_vm=v.stride(0),
+        stride_vh=v.stride(1),
+        stride_om=out.stride(0),
+        stride_oh=out.stride(1),
+        alpha=alpha,
+        qk_scale=qk_scale,
+        **launch.tuning_key(q, k, max_q, max_kv),
+        H=H,
+        GROUPS=H // Hkv,
+        **launch.common_constants(q, activation, causal),
+    )
+    launch.run(
+        gdpa_fwd_kernel,
+        gdpa_fwd_kernel_tuned,
+        args,
+        lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * H),
+        tiles,
+        q.device,
+        record,
+        "fwd",
+    )
     return out

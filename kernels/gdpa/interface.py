@@ -7,6 +7,7 @@ q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]` (H % Hkv == 0), int32 offsets `[B+1]`, ou
 in q, k and v. A call with the default `validate="host"` never reads device memory back (no host sync):
 the GPU keeps working through Python and the next launch. Tiles and backend: kernels/gdpa/options.py.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,10 @@ from kernels.gdpa.options import GDPAOptions
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-VALIDATE = {"host": "shapes, dtypes, devices and arguments only, no host sync",
-            "full": "also reads the offsets back and checks them, a host sync"}
+VALIDATE = {
+    "host": "shapes, dtypes, devices and arguments only, no host sync",
+    "full": "also reads the offsets back and checks them, a host sync",
+}
 
 
 def _on_device_of(t: torch.Tensor):
@@ -39,17 +42,20 @@ def _dispatch(mode, record, q, k, v, max_q, max_kv, activation, causal, options)
 
 class _GDPAFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-                options, record):
+    def forward(
+        ctx, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, options, record
+    ):
         math = (activation, alpha, qk_scale, causal)
         backend = _dispatch("fwd", record, q, k, v, max_q, max_kv, activation, causal, options)
         with _on_device_of(q):
             if backend == "hopper":
-                out = dispatch.hopper_backend()[0].forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, *math,
-                                                           record=record)
+                out = dispatch.hopper_backend()[0].forward(
+                    q, k, v, q_offsets, kv_offsets, max_q, max_kv, *math, record=record
+                )
             else:
-                out = fwd.forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, *math, tiles=options.fwd_tiles,
-                                  record=record)
+                out = fwd.forward(
+                    q, k, v, q_offsets, kv_offsets, max_q, max_kv, *math, tiles=options.fwd_tiles, record=record
+                )
         ctx.save_for_backward(q, k, v, q_offsets, kv_offsets)
         ctx.lengths, ctx.math, ctx.options, ctx.record = (max_q, max_kv), math, options, record
         return out
@@ -61,11 +67,24 @@ class _GDPAFunction(torch.autograd.Function):
         backend = _dispatch("bwd", ctx.record, q, k, v, max_q, max_kv, activation, causal, options)
         with _on_device_of(q):
             if backend == "hopper":
-                grads = dispatch.hopper_backend()[0].backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv,
-                                                              *ctx.math, record=ctx.record)
+                grads = dispatch.hopper_backend()[0].backward(
+                    do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, *ctx.math, record=ctx.record
+                )
             else:
-                grads = bwd.backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, *ctx.math,
-                                     dkdv_tiles=options.dkdv_tiles, dq_tiles=options.dq_tiles, record=ctx.record)
+                grads = bwd.backward(
+                    do,
+                    q,
+                    k,
+                    v,
+                    q_offsets,
+                    kv_offsets,
+                    max_q,
+                    max_kv,
+                    *ctx.math,
+                    dkdv_tiles=options.dkdv_tiles,
+                    dq_tiles=options.dq_tiles,
+                    record=ctx.record,
+                )
         return (*grads, None, None, None, None, None, None, None, None, None, None)
 
 
@@ -78,67 +97,96 @@ def _describe(value) -> str:
     return "a tensor (reading it would sync the GPU)" if isinstance(value, torch.Tensor) else repr(value)
 
 
-def check_arguments(q, k, v, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, activation, alpha, qk_scale,
-                    causal) -> None:
+def check_arguments(
+    q, k, v, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, activation, alpha, qk_scale, causal
+) -> None:
     """Raise ValueError naming the first bad argument. Reads shapes, dtypes and devices only."""
     tensors = {"q": q, "k": k, "v": v, "q_offsets": q_offsets, "kv_offsets": kv_offsets}
     for name, t in tensors.items():
         _check(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t).__name__}")
     for name in ("k", "v", "q_offsets", "kv_offsets"):
-        _check(tensors[name].device == q.device,
-               f"{name} is on {tensors[name].device} but q is on {q.device}; all inputs must share a device")
-    _check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3,
-           f"q, k, v must be 3-D [rows, heads, head_dim]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        _check(
+            tensors[name].device == q.device,
+            f"{name} is on {tensors[name].device} but q is on {q.device}; all inputs must share a device",
+        )
+    _check(
+        q.dim() == 3 and k.dim() == 3 and v.dim() == 3,
+        f"q, k, v must be 3-D [rows, heads, head_dim]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}",
+    )
     _check(q.dtype in SUPPORTED_DTYPES, f"dtype {q.dtype} not supported; allowed: float16, bfloat16, float32")
-    _check(k.dtype == q.dtype and v.dtype == q.dtype,
-           f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    _check(
+        k.dtype == q.dtype and v.dtype == q.dtype, f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}"
+    )
     _check(k.shape == v.shape, f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
     H, D = q.shape[1], q.shape[2]
     Hkv = k.shape[1]
     _check(k.shape[2] == D, f"head_dim of k ({k.shape[2]}) differs from q ({D})")
     _check(D in SUPPORTED_HEAD_DIMS, f"head_dim {D} not supported; allowed: {SUPPORTED_HEAD_DIMS}")
     _check(Hkv > 0 and H % Hkv == 0, f"H ({H}) must be a multiple of Hkv ({Hkv})")
-    _check(activation in ACTIVATION_NAMES,
-           f"unknown activation {activation!r}; allowed: {', '.join(ACTIVATION_NAMES)}")
+    _check(activation in ACTIVATION_NAMES, f"unknown activation {activation!r}; allowed: {', '.join(ACTIVATION_NAMES)}")
     for name in ("q_offsets", "kv_offsets"):
         t = tensors[name]
         _check(t.dtype == torch.int32, f"{name} must be int32, got {t.dtype}")
         _check(t.dim() == 1 and t.numel() >= 1, f"{name} must be 1-D [B+1]")
-    _check(q_offsets.numel() == kv_offsets.numel(),
-           f"q_offsets has {q_offsets.numel()} entries but kv_offsets has {kv_offsets.numel()}; both are [B+1]")
+    _check(
+        q_offsets.numel() == kv_offsets.numel(),
+        f"q_offsets has {q_offsets.numel()} entries but kv_offsets has {kv_offsets.numel()}; both are [B+1]",
+    )
     # host numbers by contract: a tensor here would have to be read back (a sync)
     for name, value in (("max_seq_len_q", max_seq_len_q), ("max_seq_len_kv", max_seq_len_kv)):
-        _check(isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0,
-               f"{name} must be an integer >= 0, got {_describe(value)}")
+        _check(
+            isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0,
+            f"{name} must be an integer >= 0, got {_describe(value)}",
+        )
     for name, value in (("alpha", alpha), ("qk_scale", qk_scale)):
         _check(isinstance(value, numbers.Real), f"{name} must be a real number, got {_describe(value)}")
     if causal:
-        _check(q.shape[0] == k.shape[0],
-               f"causal=True needs self-attention (q_offsets == kv_offsets); q has {q.shape[0]} rows, "
-               f"k has {k.shape[0]}")
+        _check(
+            q.shape[0] == k.shape[0],
+            f"causal=True needs self-attention (q_offsets == kv_offsets); q has {q.shape[0]} rows, k has {k.shape[0]}",
+        )
 
 
 def check_offsets(q, k, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, causal) -> None:
     """The checks that need the offsets' values: reads them back (a host sync)."""
-    for name, t, rows, max_len in (("q_offsets", q_offsets, q.shape[0], max_seq_len_q),
-                                   ("kv_offsets", kv_offsets, k.shape[0], max_seq_len_kv)):
+    for name, t, rows, max_len in (
+        ("q_offsets", q_offsets, q.shape[0], max_seq_len_q),
+        ("kv_offsets", kv_offsets, k.shape[0], max_seq_len_kv),
+    ):
         host = t.detach().cpu().long()
         _check(int(host[0]) == 0, f"{name}[0] must be 0, got {int(host[0])}")
         lengths = host[1:] - host[:-1]
         _check(bool((lengths >= 0).all()), f"{name} must be non-decreasing")
         _check(int(host[-1]) == rows, f"{name}[-1] = {int(host[-1])} but the tensor has {rows} rows")
         if lengths.numel():
-            _check(int(lengths.max()) <= int(max_len),
-                   f"a sequence of length {int(lengths.max())} exceeds the given max length {int(max_len)}")
+            _check(
+                int(lengths.max()) <= int(max_len),
+                f"a sequence of length {int(lengths.max())} exceeds the given max length {int(max_len)}",
+            )
     if causal:
-        _check(bool(torch.equal(q_offsets.cpu(), kv_offsets.cpu())),
-               "causal=True needs self-attention (q_offsets == kv_offsets)")
+        _check(
+            bool(torch.equal(q_offsets.cpu(), kv_offsets.cpu())),
+            "causal=True needs self-attention (q_offsets == kv_offsets)",
+        )
 
 
-def gdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offsets: torch.Tensor,
-         kv_offsets: torch.Tensor, max_seq_len_q: int, max_seq_len_kv: int, *,
-         activation: str = "fast_gelu", alpha: float = 1.0, qk_scale: float = 1.0, causal: bool = False,
-         options: GDPAOptions | None = None, validate: str = "host", record: dict | None = None) -> torch.Tensor:
+def gdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_offsets: torch.Tensor,
+    kv_offsets: torch.Tensor,
+    max_seq_len_q: int,
+    max_seq_len_kv: int,
+    *,
+    activation: str = "fast_gelu",
+    alpha: float = 1.0,
+    qk_scale: float = 1.0,
+    causal: bool = False,
+    options: GDPAOptions | None = None,
+    validate: str = "host",
+    record: dict | None = None,
+) -> torch.Tensor:
     """Generalized dot-product attention over a jagged batch: O = act(alpha·QKᵀ)·qk_scale·V.
 
     Args:
@@ -162,17 +210,33 @@ def gdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offsets: torch.Ten
         `[ΣLq, H, D]` in q's dtype. Zero-length sequences are legal and produce nothing.
     """
     if validate not in VALIDATE:
-        raise ValueError(f"gdpa: validate={validate!r}; allowed: "
-                         + "; ".join(f"{name!r} ({what})" for name, what in VALIDATE.items()))
+        raise ValueError(
+            f"gdpa: validate={validate!r}; allowed: "
+            + "; ".join(f"{name!r} ({what})" for name, what in VALIDATE.items())
+        )
     if options is None:
         options = GDPAOptions()
     elif not isinstance(options, GDPAOptions):
-        raise ValueError(f"gdpa: options must be a GDPAOptions, got {type(options).__name__} "
-                         f"(GDPAOptions.from_dict turns a mapping into one)")
-    check_arguments(q, k, v, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, activation, alpha, qk_scale,
-                    causal)
+        raise ValueError(
+            f"gdpa: options must be a GDPAOptions, got {type(options).__name__} "
+            f"(GDPAOptions.from_dict turns a mapping into one)"
+        )
+    check_arguments(q, k, v, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, activation, alpha, qk_scale, causal)
     if validate == "full":
         check_offsets(q, k, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, causal)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return _GDPAFunction.apply(q, k, v, q_offsets, kv_offsets, int(max_seq_len_q), int(max_seq_len_kv), activation,
-                               float(alpha), float(qk_scale), bool(causal), options, record)
+    return _GDPAFunction.apply(
+        q,
+        k,
+        v,
+        q_offsets,
+        kv_offsets,
+        int(max_seq_len_q),
+        int(max_seq_len_kv),
+        activation,
+        float(alpha),
+        float(qk_scale),
+        bool(causal),
+        options,
+        record,
+    )

@@ -3,6 +3,7 @@
 Shared by the launchers in fwd.py and bwd.py. Nothing here reads device memory: a launch is enqueued
 and returns (the autotuner's first call per tuning key times its configs, which waits for the GPU).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,17 +28,25 @@ def _bucket(n: int) -> int:
 
 
 def tuning_key(q: torch.Tensor, k: torch.Tensor, max_q: int, max_kv: int) -> dict:
-    return dict(max_q_bucket=_bucket(max_q), max_kv_bucket=_bucket(max_kv), rows_q_bucket=_bucket(q.shape[0]),
-                rows_kv_bucket=_bucket(k.shape[0]))
+    return dict(
+        max_q_bucket=_bucket(max_q),
+        max_kv_bucket=_bucket(max_kv),
+        rows_q_bucket=_bucket(q.shape[0]),
+        rows_kv_bucket=_bucket(k.shape[0]),
+    )
 
 
 def common_constants(q: torch.Tensor, activation: str, causal: bool) -> dict:
     """Compile-time constants every GDPA kernel takes."""
-    return dict(D=q.shape[2], ACT=activation, CAUSAL=bool(causal),
-                # the hardware tanh is inline PTX, which the CPU interpreter cannot run
-                HW_TANH=q.device.type == "cuda",
-                # fp32 inputs: exact fp32 products (tf32 would fail an fp32 correctness check)
-                PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    return dict(
+        D=q.shape[2],
+        ACT=activation,
+        CAUSAL=bool(causal),
+        # the hardware tanh is inline PTX, which the CPU interpreter cannot run
+        HW_TANH=q.device.type == "cuda",
+        # fp32 inputs: exact fp32 products (tf32 would fail an fp32 correctness check)
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
 
 
 # Test seam (documented, not private): while `poisoned_outputs()` is active every output the kernels
@@ -78,8 +87,7 @@ def run(plain, tuned, args: dict, grid, tiles, device: torch.device, record: dic
         kernel = plain[grid(tiles[0], tiles[1])](**args, **launch_kwargs(tiles))
         if record is None:
             return
-    entry = {"tiles": list(tiles), "source": source, "interpreter": interpreter,
-             "grid": list(grid(tiles[0], tiles[1]))}
+    entry = {"tiles": list(tiles), "source": source, "interpreter": interpreter, "grid": list(grid(tiles[0], tiles[1]))}
     if getattr(kernel, "n_regs", None) is not None:  # a compiled kernel (the interpreter returns None)
         entry.update(n_regs=kernel.n_regs, n_spills=kernel.n_spills, shared_bytes=kernel.metadata.shared)
     record[name] = entry

@@ -13,6 +13,7 @@ Tiles are spelt as kernels/gdpa/tiles.py spells them: (BLOCK_M, BLOCK_N, num_war
 None (the default) lets the autotuner pick among the kernel's configs. This package reads no environment
 variable: every choice is one of these options or follows from the hardware.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -34,8 +35,12 @@ def parse_tiles(name: str, value: Any) -> Tiles | None:
     """`value` as a tile tuple, or ValueError with one line naming option `name`."""
     if value is None:
         return None
-    ok = (isinstance(value, Sequence) and not isinstance(value, str) and len(value) in (4, 5)
-          and all(isinstance(x, int) and not isinstance(x, bool) for x in value))
+    ok = (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and len(value) in (4, 5)
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+    )
     if not ok:
         raise ValueError(f"{name}: expected {TILES_SPELLING} integers, got {value!r}")
     m, n, warps, stages = value[:4]
@@ -77,8 +82,9 @@ class GDPAOptions:
     def from_dict(cls, options: Mapping[str, Any]) -> GDPAOptions:
         """Options from a config mapping; ValueError with one line naming the bad key and what is allowed."""
         if not isinstance(options, Mapping):
-            raise ValueError(f"options: expected a mapping with keys {', '.join(cls.allowed())}, "
-                             f"got {type(options).__name__}")
+            raise ValueError(
+                f"options: expected a mapping with keys {', '.join(cls.allowed())}, got {type(options).__name__}"
+            )
         for key in options:
             if key not in cls.allowed():
                 raise ValueError(f"unknown option {key!r}; allowed: {', '.join(cls.allowed())}")

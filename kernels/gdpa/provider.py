@@ -9,6 +9,7 @@ A config's provider entry lays its options over these (`{name: gdpa_triton, labe
 {fwd_tiles: [64, 32, 4, 1]}}`; kernels/gdpa/options.py); they are parsed once, at config load. Each case
 records what ran (`kernel_config`: the op's `record` — backend and reason per pass, tiles per kernel).
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,9 +77,21 @@ class _GDPAOpProvider(Provider):
         return copy.deepcopy(self.record) or None
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
-        return gdpa(batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv,
-                    activation=spec.activation, alpha=spec.alpha, qk_scale=spec.qk_scale, causal=spec.causal,
-                    options=self.options, record=self.record)
+        return gdpa(
+            batch.q,
+            batch.k,
+            batch.v,
+            batch.q_offsets,
+            batch.kv_offsets,
+            batch.max_q,
+            batch.max_kv,
+            activation=spec.activation,
+            alpha=spec.alpha,
+            qk_scale=spec.qk_scale,
+            causal=spec.causal,
+            options=self.options,
+            record=self.record,
+        )
 
 
 @register

@@ -5,6 +5,7 @@ The optional fifth value caps registers per thread (0 = no cap). It exists for o
 registers and 128 KB of shared memory the 8-warp forward fits one CTA per SM, so one CTA's activation
 leaves the tensor pipe idle; capped at 128 registers with ≤ 96 KB two CTAs share an SM and one's GEMMs
 run under the other's activation (kernels/gdpa/PERF.md, v3)."""
+
 import triton
 
 
