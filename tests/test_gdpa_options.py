@@ -179,15 +179,18 @@ def test_dispatch_rule_thresholds_and_reasons(fake_hopper):
     with fake_hopper():
         assert _choose("fwd", 1024, 1024) == (
             "hopper",
-            "hopper: max_q >= 1024 and max_kv >= 1024 (placeholder rule until measured)",
+            "hopper: max_q >= 1024 and max_kv >= 1024 (measured on H200, kernels/gdpa/hopper/NOTES.md)",
         )
         assert _choose("fwd", 2048, 256) == (
             "triton",
-            "triton: max_kv 256 < 1024 (Triton faster there; placeholder rule until measured)",
+            "triton: max_kv 256 < 1024 (Triton faster there; measured on H200, kernels/gdpa/hopper/NOTES.md)",
         )
         assert _choose("fwd", 512, 2048)[1].startswith("triton: max_q 512 < 1024")
         assert _choose("bwd", 16, 512)[0] == "hopper"
-        assert _choose("bwd", 4096, 511)[1].startswith("triton: max_kv 511 < 512")
+        assert _choose("bwd", 16, 16) == (
+            "hopper",
+            "hopper: faster wherever supported (measured on H200, kernels/gdpa/hopper/NOTES.md)",
+        )
         assert _choose("fwd", 16, 16, backend="hopper") == ("hopper", "hopper: backend='hopper' requested")
         assert _choose("fwd", 4096, 4096, backend="triton") == ("triton", "triton: backend='triton' requested")
     with fake_hopper(unsupported_reason="head_dim 16 not supported; allowed: 64, 128"):
