@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 
 from reports.results import MODES, flatten_cases, read_results
-from reports.results import ResultsError as ResultsError  # compare.py imports it from here
 
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4}
 #: Columns kept as Python objects (lists) rather than flattened.

@@ -1,4 +1,5 @@
 """`compare`: the CI perf-regression gate (exit 0 ok, 1 regression, 2 bad input)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -54,8 +55,11 @@ def by_id(rows):
 
 
 def test_identical_runs_pass(tmp_path, capsys):
-    cases = [case("gdpa_triton", noisy(1.0, seed=1)), case("fa4", noisy(2.0, seed=2)),
-             case("gdpa_triton", noisy(3.0, seed=3), L=2048)]
+    cases = [
+        case("gdpa_triton", noisy(1.0, seed=1)),
+        case("fa4", noisy(2.0, seed=2)),
+        case("gdpa_triton", noisy(3.0, seed=3), L=2048),
+    ]
     b = write(tmp_path, "b.json", cases)
     c = write(tmp_path, "c.json", cases)
     rc, out, _ = run(capsys, b, c)
@@ -73,8 +77,11 @@ def test_ten_percent_slower_is_a_regression(tmp_path, capsys):
     last = out.strip().splitlines()
     assert last[-2].startswith("REGRESSION: 1 case(s)")
     assert last[-1].startswith(f"- slower: {slow_id} (+")
-    rows = by_id(compare_runs(json.loads(Path(tmp_path / "b.json").read_text()),
-                              json.loads(Path(tmp_path / "c.json").read_text())))
+    rows = by_id(
+        compare_runs(
+            json.loads(Path(tmp_path / "b.json").read_text()), json.loads(Path(tmp_path / "c.json").read_text())
+        )
+    )
     r = rows[slow_id]
     assert r["verdict"] == "slower" and r["p_value"] < 0.01 and 0.07 < r["change"] < 0.13
     assert rows["set1/fwd/L=1024/fill=1.0/fa4"]["verdict"] in ("same", "ambiguous")
@@ -91,22 +98,32 @@ def test_overlapping_noise_is_not_a_regression(tmp_path, capsys):
 
 def test_failed_case_is_a_regression_with_its_error(tmp_path, capsys):
     base = [case("gdpa_triton", noisy(1.0, seed=30)), case("fa4", noisy(2.0, seed=31))]
-    cur = [case("gdpa_triton", status="failed", error="triton.runtime.errors.OutOfResources: shared memory"),
-           case("fa4", noisy(2.0, seed=31))]
+    cur = [
+        case("gdpa_triton", status="failed", error="triton.runtime.errors.OutOfResources: shared memory"),
+        case("fa4", noisy(2.0, seed=31)),
+    ]
     rc, out, _ = run(capsys, write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur))
     assert rc == 1
-    assert out.strip().splitlines()[-1] == ("- failed: set1/fwd/L=1024/fill=1.0/gdpa_triton (now failed: "
-                                            "triton.runtime.errors.OutOfResources: shared memory)")
+    assert out.strip().splitlines()[-1] == (
+        "- failed: set1/fwd/L=1024/fill=1.0/gdpa_triton (now failed: "
+        "triton.runtime.errors.OutOfResources: shared memory)"
+    )
     rows = by_id(compare_runs(synth.make_results(base), synth.make_results(cur)))
     assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["verdict"] == "failed"
     assert rows["set1/fwd/L=1024/fill=1.0/fa4"]["verdict"] == "same"
 
 
 def test_faster_missing_and_new(tmp_path, capsys):
-    base = [case("gdpa_triton", noisy(1.0, seed=40)), case("fa4", noisy(2.0, seed=41)),
-            case("naive", noisy(5.0, seed=42))]
-    cur = [case("gdpa_triton", noisy(0.8, seed=43)), case("fa4", noisy(2.0, seed=41)),
-           case("sdpa", noisy(1.5, seed=44))]
+    base = [
+        case("gdpa_triton", noisy(1.0, seed=40)),
+        case("fa4", noisy(2.0, seed=41)),
+        case("naive", noisy(5.0, seed=42)),
+    ]
+    cur = [
+        case("gdpa_triton", noisy(0.8, seed=43)),
+        case("fa4", noisy(2.0, seed=41)),
+        case("sdpa", noisy(1.5, seed=44)),
+    ]
     rows = by_id(compare_runs(synth.make_results(base), synth.make_results(cur), threshold=0.05, alpha=0.01))
     assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["verdict"] == "faster"
     assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["change"] == pytest.approx(-0.2, abs=0.03)
@@ -117,8 +134,10 @@ def test_faster_missing_and_new(tmp_path, capsys):
     assert rc == 1  # a case that vanished from the current run fails the gate (issue 19)
     for line in ("| faster | 1 |", "| missing | 1 |", "| new | 1 |", "| same | 1 |"):
         assert line in out
-    assert out.strip().splitlines()[-1] == ("- missing: set1/fwd/L=1024/fill=1.0/naive (in the baseline, not in the "
-                                            "current run; --allow-missing accepts this)")
+    assert out.strip().splitlines()[-1] == (
+        "- missing: set1/fwd/L=1024/fill=1.0/naive (in the baseline, not in the "
+        "current run; --allow-missing accepts this)"
+    )
     rc, out, _ = run(capsys, b, c, "--allow-missing")
     assert rc == 0 and "| missing | 1 |" in out
     assert out.strip().splitlines()[-1] == "OK: no case slower or failed (4 compared; 1 missing, not failing)."
@@ -217,8 +236,9 @@ def test_threshold_option_and_run_folder_input(tmp_path, capsys):
     assert rc == 1
 
 
-@pytest.mark.parametrize("kind", ["missing", "invalid_json", "wrong_schema", "no_common", "bad_option",
-                                  "unknown_option"])
+@pytest.mark.parametrize(
+    "kind", ["missing", "invalid_json", "wrong_schema", "no_common", "bad_option", "unknown_option"]
+)
 def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, kind):
     good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0))])
     bad = tmp_path / "bad.json"
@@ -256,11 +276,17 @@ def test_module_entry_point_exit_code(tmp_path):
     base = [case("gdpa_triton", noisy(1.0, n=25, seed=90))]
     cur = [case("gdpa_triton", noisy(1.25, n=25, seed=91))]
     b, c = write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur)
-    p = subprocess.run([sys.executable, "-m", "reports.compare", b, c], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "reports.compare", b, c], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 1 and "slower: set1/fwd/L=1024/fill=1.0/gdpa_triton" in p.stdout
-    p = subprocess.run([sys.executable, "-m", "reports.compare", b, str(tmp_path / "nope.json")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "reports.compare", b, str(tmp_path / "nope.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr and "nope.json: no such file" in p.stderr
 
 
@@ -288,29 +314,42 @@ def _drop_meta():
     return d
 
 
-@pytest.mark.parametrize("name,doc,needle", [
-    ("no_status", _doc(status=_DROP),
-     f"cases[0] ({GOOD_ID}): status: missing; allowed: ok, incorrect, failed, skipped"),
-    ("null_status", _doc(status=None), "status: None; allowed: ok, incorrect"),
-    ("odd_status", _doc(status="OK"), "status: 'OK'; allowed: ok, incorrect, failed, skipped"),
-    ("string_samples", _doc(times_ms=["1.0", "1.1"]), "times_ms[0]: '1.0' is not a time; allowed: finite numbers > 0"),
-    ("bool_sample", _doc(times_ms=[1.0, True]), "times_ms[1]: True is not a time"),
-    ("zero_sample", _doc(times_ms=[1.0, 0]), "times_ms[1]: 0 is not a time"),
-    ("samples_not_list", _doc(times_ms=1.5), "times_ms: 1.5 is not a list"),
-    ("median_string", _doc(median_ms="fast"), "median_ms: 'fast'; allowed: a number > 0"),
-    ("ok_without_timing", _doc(times_ms=[], median_ms=None), "status 'ok' but no timing"),
-    ("power_not_object", _doc(power=[1]), "power: [1]; allowed: an object or null"),
-    ("clock_string", _doc(power={"sm_clock_mhz_median": "1980"}), "power.sm_clock_mhz_median: '1980'"),
-    ("meta_null", {**_doc(), "meta": None}, "meta: missing, null or empty"),
-    ("meta_absent", _drop_meta(), "meta: missing, null or empty"),
-    ("meta_list", {**_doc(), "meta": ["gpu"]}, "meta: missing, null or empty"),
-    ("case_not_object", {**_doc(), "cases": [5]}, "\"cases\" must be a list of objects"),
-    ("cases_not_list", {**_doc(), "cases": {"a": 1}}, "\"cases\" must be a list of objects"),
-    ("no_id", _doc(id=_DROP), "cases[0] has no string \"id\""),
-    ("not_object", [1, 2], "expected a JSON object"),
-    ("duplicate_id", synth.make_results([case("gdpa_triton", noisy(1.0)), case("gdpa_triton", noisy(1.0))]),
-     f"cases[1] ({GOOD_ID}): id: the same id as cases[0]"),
-])
+@pytest.mark.parametrize(
+    "name,doc,needle",
+    [
+        (
+            "no_status",
+            _doc(status=_DROP),
+            f"cases[0] ({GOOD_ID}): status: missing; allowed: ok, incorrect, failed, skipped",
+        ),
+        ("null_status", _doc(status=None), "status: None; allowed: ok, incorrect"),
+        ("odd_status", _doc(status="OK"), "status: 'OK'; allowed: ok, incorrect, failed, skipped"),
+        (
+            "string_samples",
+            _doc(times_ms=["1.0", "1.1"]),
+            "times_ms[0]: '1.0' is not a time; allowed: finite numbers > 0",
+        ),
+        ("bool_sample", _doc(times_ms=[1.0, True]), "times_ms[1]: True is not a time"),
+        ("zero_sample", _doc(times_ms=[1.0, 0]), "times_ms[1]: 0 is not a time"),
+        ("samples_not_list", _doc(times_ms=1.5), "times_ms: 1.5 is not a list"),
+        ("median_string", _doc(median_ms="fast"), "median_ms: 'fast'; allowed: a number > 0"),
+        ("ok_without_timing", _doc(times_ms=[], median_ms=None), "status 'ok' but no timing"),
+        ("power_not_object", _doc(power=[1]), "power: [1]; allowed: an object or null"),
+        ("clock_string", _doc(power={"sm_clock_mhz_median": "1980"}), "power.sm_clock_mhz_median: '1980'"),
+        ("meta_null", {**_doc(), "meta": None}, "meta: missing, null or empty"),
+        ("meta_absent", _drop_meta(), "meta: missing, null or empty"),
+        ("meta_list", {**_doc(), "meta": ["gpu"]}, "meta: missing, null or empty"),
+        ("case_not_object", {**_doc(), "cases": [5]}, '"cases" must be a list of objects'),
+        ("cases_not_list", {**_doc(), "cases": {"a": 1}}, '"cases" must be a list of objects'),
+        ("no_id", _doc(id=_DROP), 'cases[0] has no string "id"'),
+        ("not_object", [1, 2], "expected a JSON object"),
+        (
+            "duplicate_id",
+            synth.make_results([case("gdpa_triton", noisy(1.0)), case("gdpa_triton", noisy(1.0))]),
+            f"cases[1] ({GOOD_ID}): id: the same id as cases[0]",
+        ),
+    ],
+)
 @pytest.mark.parametrize("side", ["baseline", "current"])
 def test_malformed_results_exit_2_naming_file_and_field(tmp_path, capsys, name, doc, needle, side):
     good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0, n=25, seed=3))])
@@ -325,7 +364,7 @@ def test_malformed_results_exit_2_naming_file_and_field(tmp_path, capsys, name, 
 
 
 def test_compare_runs_checks_its_input_too():
-    from reports.metrics import ResultsError
+    from reports.results import ResultsError
 
     good = synth.make_results([case("gdpa_triton", noisy(1.0))])
     with pytest.raises(ResultsError, match=r"^current: cases\[0\] .*status: missing"):
@@ -354,8 +393,10 @@ def test_drifting_case_gets_its_own_verdict(tmp_path, capsys):
     # baseline steady at 1.0 ms; current ramps 1.0 -> 1.16 ms within its window (median ~1.08: +8%)
     steady = noisy(1.0, n=200, rel=0.003, seed=1)
     drifting = ramp(200, 1.0, 1.16, seed=2)
-    rows = compare_runs(synth.make_results([case("gdpa_triton", steady, clock=None)]),
-                        synth.make_results([case("gdpa_triton", drifting, clock=None)]))
+    rows = compare_runs(
+        synth.make_results([case("gdpa_triton", steady, clock=None)]),
+        synth.make_results([case("gdpa_triton", drifting, clock=None)]),
+    )
     (r,) = rows
     assert r["verdict"] == "drifting" and r["wall_verdict"] == "slower"
     assert r["cur_drift"] == pytest.approx(0.15, abs=0.02) and r["cur_drift_p"] < 1e-6
@@ -368,13 +409,16 @@ def test_drifting_case_gets_its_own_verdict(tmp_path, capsys):
     assert r["verdict"] == "drifting" and not r["fails_gate"]
     assert abs(r["clock_norm_change"]) <= 0.05 and "not a regression" in r["message"]
     # a drift with the clock unchanged: slower per clock too, fails
-    (r,) = compare_runs(synth.make_results([case("gdpa_triton", steady, clock=1980.0)]),
-                        synth.make_results([case("gdpa_triton", drifting, clock=1980.0)]))
+    (r,) = compare_runs(
+        synth.make_results([case("gdpa_triton", steady, clock=1980.0)]),
+        synth.make_results([case("gdpa_triton", drifting, clock=1980.0)]),
+    )
     assert r["verdict"] == "drifting" and r["fails_gate"] and "slower too" in r["message"]
 
     # identical drifting runs: not `same` on wall time alone, and not a failure either
-    (r,) = compare_runs(synth.make_results([case("gdpa_triton", drifting)]),
-                        synth.make_results([case("gdpa_triton", drifting)]))
+    (r,) = compare_runs(
+        synth.make_results([case("gdpa_triton", drifting)]), synth.make_results([case("gdpa_triton", drifting)])
+    )
     assert r["verdict"] == "drifting" and r["wall_verdict"] == "same" and not r["fails_gate"]
 
     b = write(tmp_path, "b.json", [case("gdpa_triton", steady, clock=1980.0)])
@@ -392,8 +436,16 @@ def test_drifting_case_gets_its_own_verdict(tmp_path, capsys):
     assert doc["drift_threshold"] == 0.03 and doc["cases"][0]["cur_drift"] == pytest.approx(0.15, abs=0.02)
 
 
-@pytest.mark.parametrize("opt", [["--drift-threshold", "0"], ["--drift-threshold", "nan"],
-                                 ["--drift-threshold", "x"], ["--min-samples", "0"], ["--format", "xml"]])
+@pytest.mark.parametrize(
+    "opt",
+    [
+        ["--drift-threshold", "0"],
+        ["--drift-threshold", "nan"],
+        ["--drift-threshold", "x"],
+        ["--min-samples", "0"],
+        ["--format", "xml"],
+    ],
+)
 def test_bad_options_one_line(tmp_path, capsys, opt):
     good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0))])
     rc, out, err = run(capsys, good, good, *opt)
@@ -426,27 +478,51 @@ CPU_GATE_THRESHOLD = "9"
 
 def test_cpu_gate_runs_the_statistics_and_catches_a_slowed_provider(tmp_path, capsys):
     (tmp_path / "slowed_naive.py").write_text(SLOWED_NAIVE)
-    env = dict(os.environ, OMP_NUM_THREADS="1",  # no OpenMP spin-waits fighting other processes
-               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    slowed_env = dict(env, GDPA_BENCH_PROVIDERS="slowed_naive",
-                      PYTHONPATH=f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}")
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",  # no OpenMP spin-waits fighting other processes
+        PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    slowed_env = dict(env, GDPA_BENCH_PROVIDERS="slowed_naive", PYTHONPATH=f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}")
     cfg = str(ROOT / "configs" / "ci-cpu.yaml")
-    runs = {"a": ([], env), "b": ([], env),
-            # the stall slows the forward; the bwd mode replays a backward graph and is not slowed
-            "slow": (["--only", "/fwd/.*naive_eager$"], slowed_env)}
+    runs = {
+        "a": ([], env),
+        "b": ([], env),
+        # the stall slows the forward; the bwd mode replays a backward graph and is not slowed
+        "slow": (["--only", "/fwd/.*naive_eager$"], slowed_env),
+    }
     # side by side: the three runs see the same load on the machine at the same time
     # --no-report: the report (plots) would double each run's time and is not what is tested here
-    procs = {k: subprocess.Popen([sys.executable, "-m", "bench", "run", cfg, "--out", str(tmp_path / k),
-                                  "--no-progress", "--no-report", *extra], cwd=tmp_path, env=e,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for k, (extra, e) in runs.items()}
+    procs = {
+        k: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "run",
+                cfg,
+                "--out",
+                str(tmp_path / k),
+                "--no-progress",
+                "--no-report",
+                *extra,
+            ],
+            cwd=tmp_path,
+            env=e,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for k, (extra, e) in runs.items()
+    }
     for k, p in procs.items():
         out, _ = p.communicate(timeout=300)
         assert p.returncode == 0, (k, out[-2000:])
 
     def gate(cur, *extra):
-        rc, out, err = run(capsys, tmp_path / "a", tmp_path / cur, "--format", "json", "--threshold",
-                           CPU_GATE_THRESHOLD, *extra)
+        rc, out, err = run(
+            capsys, tmp_path / "a", tmp_path / cur, "--format", "json", "--threshold", CPU_GATE_THRESHOLD, *extra
+        )
         assert rc in (0, 1), err
         return rc, json.loads(out)
 

@@ -1,0 +1,90 @@
+"""The CI gate's input check: every field `compare` reads, checked before anything is compared (a gate
+that read a malformed file as "nothing slower" would pass anything). One-line `ResultsError`s naming the
+file, the case and the field, and what is allowed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from reports.results import STATUSES, ResultsError
+
+
+def is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def short(x: Any, limit: int = 40) -> str:
+    r = repr(x)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def check_results(data: Any, where: str) -> dict[str, dict]:
+    """The cases of one results document by id, after checking every field the gate reads.
+
+    `data`: a results dict (schema, meta, cases) or a bare list of case dicts. Raises `ResultsError` with
+    one line naming `where` (the file), the case and the field, and what is allowed."""
+    if isinstance(data, dict):
+        meta = data.get("meta")
+        # reports' reader turns a missing/null meta into {}; the runner always writes a filled one
+        if not isinstance(meta, dict) or not meta:
+            raise ResultsError(
+                f"{where}: meta: missing, null or empty (got {short(meta)}); allowed: the object "
+                f"the runner writes (gpu, git_sha, started_at, ...)"
+            )
+        cases = data.get("cases")
+    elif isinstance(data, list):
+        cases = data
+    else:
+        raise ResultsError(f"{where}: expected a results object, got {type(data).__name__}")
+    if not isinstance(cases, list):
+        raise ResultsError(f"{where}: cases: expected a list of case objects, got {type(cases).__name__}")
+    out: dict[str, dict] = {}
+    for i, c in enumerate(cases):
+        at = f"{where}: cases[{i}]"
+        if not isinstance(c, dict):
+            raise ResultsError(f"{at}: expected a case object, got {short(c)}")
+        cid = c.get("id")
+        if not isinstance(cid, str) or not cid:
+            raise ResultsError(f"{at}: id: missing or not a string (got {short(cid)}); allowed: the case id")
+        at = f"{at} ({cid})"
+        if cid in out:
+            first = next(j for j, x in enumerate(cases) if isinstance(x, dict) and x.get("id") == cid)
+            raise ResultsError(f"{at}: id: the same id as cases[{first}]; allowed: each case once")
+        _check_case(c, at)
+        out[cid] = c
+    return out
+
+
+def _check_case(c: dict, at: str) -> None:
+    st = c.get("status")
+    if st not in STATUSES:
+        what = "missing" if "status" not in c else short(st)
+        raise ResultsError(f"{at}: status: {what}; allowed: {', '.join(STATUSES)}")
+    t = c.get("times_ms")
+    if t is not None:
+        if not isinstance(t, list):
+            raise ResultsError(f"{at}: times_ms: {short(t)} is not a list; allowed: a list of times in ms (> 0)")
+        for j, x in enumerate(t):
+            if not is_number(x) or x <= 0:
+                raise ResultsError(
+                    f"{at}: times_ms[{j}]: {short(x)} is not a time; allowed: finite numbers > 0 (milliseconds)"
+                )
+    m = c.get("median_ms")
+    if m is not None and (not is_number(m) or m <= 0):
+        raise ResultsError(f"{at}: median_ms: {short(m)}; allowed: a number > 0 (milliseconds) or null")
+    if st == "ok" and not t and m is None:
+        raise ResultsError(
+            f"{at}: status 'ok' but no timing: times_ms empty or missing and median_ms missing; "
+            f"allowed: an ok case carries its samples"
+        )
+    clk = c.get("sm_clock_mhz")
+    if clk is not None and (not is_number(clk) or clk <= 0):
+        raise ResultsError(f"{at}: sm_clock_mhz: {short(clk)}; allowed: a number > 0 (MHz) or null")
+    p = c.get("power")
+    if p is not None:
+        if not isinstance(p, dict):
+            raise ResultsError(f"{at}: power: {short(p)}; allowed: an object or null")
+        clk = p.get("sm_clock_mhz_median")
+        if clk is not None and (not is_number(clk) or clk <= 0):
+            raise ResultsError(f"{at}: power.sm_clock_mhz_median: {short(clk)}; allowed: a number > 0 (MHz) or null")

@@ -1,0 +1,250 @@
+"""The CI gate's verdicts (reports.compare has the rules in full): per case the change of the median, the
+Mann-Whitney test of the two sample sets, the clock-normalised change and the drift of each run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from reports.compare_checks import check_results
+from reports.drift import drift
+from reports.results import read_power
+
+VERDICTS = ("failed", "missing", "slower", "drifting", "ambiguous", "faster", "new", "same")
+
+
+def _samples(case: dict) -> np.ndarray:
+    return np.asarray(case.get("times_ms") or [], dtype=float)
+
+
+def _median(case: dict, samples: np.ndarray) -> float:
+    if samples.size:
+        return float(np.median(samples))
+    m = case.get("median_ms")
+    return float(m) if m is not None else math.nan
+
+
+def _clock(case: dict, timeline: dict[str, float]) -> tuple[float, str | None]:
+    """(SM clock in MHz, where it came from) of a case; NaN when no source has one. First the clock of
+    the timed samples themselves (`sm_clock_mhz`, runs since issue 19), then the energy loop's, then the
+    run's power.csv samples tagged with the case."""
+    v = case.get("sm_clock_mhz")
+    if v is not None:
+        return float(v), "timed"
+    v = (case.get("power") or {}).get("sm_clock_mhz_median")
+    if v is not None:
+        return float(v), "power"
+    v = timeline.get(case["id"])
+    return (float(v), "power.csv") if v is not None else (math.nan, None)
+
+
+def timeline_clocks(path) -> dict[str, float]:
+    """Median `sm_clock_mhz` per case id over a run's power.csv samples ({} without a usable file)."""
+    df = read_power(path)
+    if df is None or df.empty:
+        return {}
+    df = df[(df["case_id"] != "") & df["sm_clock_mhz"].notna() & (df["sm_clock_mhz"] > 0)]
+    return {str(k): float(v) for k, v in df.groupby("case_id")["sm_clock_mhz"].median().items()}
+
+
+def _row(cid: str, verdict: str, message: str, **kw: Any) -> dict:
+    row = dict(
+        id=cid,
+        verdict=verdict,
+        wall_verdict=None,
+        fails_gate=verdict in ("slower", "failed", "missing"),
+        base_status=None,
+        cur_status=None,
+        base_median_ms=None,
+        cur_median_ms=None,
+        change=None,
+        p_value=None,
+        n_base=0,
+        n_cur=0,
+        base_drift=None,
+        cur_drift=None,
+        base_drift_p=None,
+        cur_drift_p=None,
+        base_clock_mhz=None,
+        cur_clock_mhz=None,
+        clock_norm_change=None,
+        clock_source=None,
+        message=message,
+    )
+    row.update(kw)
+    return row
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def compare_case(
+    cid: str,
+    b: dict | None,
+    c: dict | None,
+    threshold: float,
+    alpha: float,
+    min_samples: int,
+    drift_threshold: float = 0.03,
+    base_timeline: dict | None = None,
+    cur_timeline: dict | None = None,
+) -> dict:
+    """The verdict for one case id (see the module docstring); cases already passed `check_results`.
+    `*_timeline`: per-case SM clocks from each run's power.csv (`timeline_clocks`)."""
+    if c is None:
+        return _row(cid, "missing", "in the baseline, not in the current run", base_status=b.get("status"))
+    if b is None:
+        st = c.get("status")
+        msg = "not in the baseline" + (f" (current status {st}: {c.get('error')})" if st != "ok" else "")
+        return _row(cid, "new", msg, cur_status=st)
+    bs, cs = b.get("status"), c.get("status")
+    if bs != "ok":
+        if cs == "ok":
+            return _row(cid, "new", f"baseline was {bs}; ok now", base_status=bs, cur_status=cs)
+        note = f"baseline {bs}, current {cs}" + (f": {c.get('error')}" if c.get("error") else "")
+        return _row(cid, "same", f"not ok in either run ({note})", base_status=bs, cur_status=cs)
+    if cs != "ok":
+        return _row(cid, "failed", f"now {cs}: {c.get('error') or 'no error recorded'}", base_status=bs, cur_status=cs)
+
+    sb, sc = _samples(b), _samples(c)
+    mb, mc = _median(b, sb), _median(c, sc)
+    (db, db_p), (dc, dc_p) = drift(sb), drift(sc)
+    kw: dict[str, Any] = dict(
+        base_status=bs,
+        cur_status=cs,
+        base_median_ms=mb,
+        cur_median_ms=mc,
+        n_base=int(sb.size),
+        n_cur=int(sc.size),
+        base_drift=db,
+        cur_drift=dc,
+        base_drift_p=db_p,
+        cur_drift_p=dc_p,
+    )
+    change = (mc - mb) / mb
+    kw["change"] = change
+    (clk_b, src_b), (clk_c, src_c) = _clock(b, base_timeline or {}), _clock(c, cur_timeline or {})
+    if clk_b == clk_b and clk_c == clk_c:
+        kw.update(
+            base_clock_mhz=clk_b,
+            cur_clock_mhz=clk_c,
+            clock_norm_change=(mc * clk_c / clk_b - mb) / mb,
+            clock_source=src_b if src_b == src_c else f"{src_b} / {src_c}",
+        )
+    verdict, msg = _wall_verdict(change, sb, sc, threshold, alpha, min_samples, kw)
+    cn = kw.get("clock_norm_change")
+    if verdict == "slower" and cn is not None and abs(cn) <= threshold:
+        msg += f"; clock-normalised {cn:+.1%}: the SM clock fell {clk_b:.0f}→{clk_c:.0f} MHz (power/thermal?)"
+    drifts = [
+        (side, d, p)
+        for side, d, p in (("baseline", db, db_p), ("current", dc, dc_p))
+        if d is not None and abs(d) > drift_threshold and p < alpha
+    ]
+    if not drifts:
+        return _row(cid, verdict, msg, wall_verdict=verdict, **kw)
+    what = ", ".join(f"{d:+.1%} (p={p:.2g}) in the {side} run" for side, d, p in drifts)
+    msg = (
+        f"{msg}; drift {what} (first vs last tenth of the samples, > {drift_threshold:.0%}): "
+        f"wall time alone says {verdict}"
+    )
+    fails = False
+    if verdict == "slower":
+        if cn is None:
+            fails, msg = True, msg + "; no clock data to explain the slowdown: fails the gate"
+        elif cn > threshold:
+            fails, msg = True, msg + f"; clock-normalised {cn:+.1%} is slower too: fails the gate"
+        else:
+            msg += f"; clock-normalised {cn:+.1%} is within {threshold:.0%}: not a regression"
+    return _row(cid, "drifting", msg, wall_verdict=verdict, fails_gate=fails, **kw)
+
+
+def _wall_verdict(
+    change: float, sb: np.ndarray, sc: np.ndarray, threshold: float, alpha: float, min_samples: int, kw: dict
+) -> tuple[str, str]:
+    """The verdict on wall time alone (sets kw['p_value'] when the test runs)."""
+    big = abs(change) > threshold
+    if sb.size < min_samples or sc.size < min_samples:
+        n = f"{sb.size} vs {sc.size} samples (< {min_samples})"
+        if big:
+            return "ambiguous", f"{change:+.1%} but too few samples to test: {n}"
+        return "same", f"{change:+.1%}, within the threshold; {n}, not tested"
+    from scipy.stats import mannwhitneyu  # noqa: PLC0415  (scipy is slow to import; only when a test runs)
+
+    p = float(mannwhitneyu(sb, sc, alternative="two-sided").pvalue)
+    if not math.isfinite(p):  # e.g. every sample identical
+        p = 1.0
+    kw["p_value"] = p
+    sig = p < alpha
+    tag = f"{change:+.1%}, p={p:.2g}"
+    if sig and big:
+        return ("slower" if change > 0 else "faster"), tag
+    if sig and abs(change) > threshold / 2:
+        return "ambiguous", f"{tag}: significant but under the {threshold:.0%} threshold"
+    if not sig and big:
+        return "ambiguous", (
+            f"{tag}: beyond the {threshold:.0%} threshold but not significant at alpha={alpha:g} (noisy)"
+        )
+    return "same", tag
+
+
+def compare_runs(
+    base: dict | list,
+    cur: dict | list,
+    threshold: float = 0.05,
+    alpha: float = 0.01,
+    min_samples: int = 5,
+    drift_threshold: float = 0.03,
+    allow_missing: bool = False,
+    base_timeline: dict | None = None,
+    cur_timeline: dict | None = None,
+) -> list[dict]:
+    """One row per case id in either run (baseline order first, then new ids): id, verdict, wall_verdict,
+    fails_gate, base/cur status and median, change (fraction), p_value, n_base, n_cur, base/cur drift,
+    clocks and their source, clock_norm_change, message. `base` and `cur` are results dicts (or lists of
+    case dicts); both are checked first (`check_results`, raising `ResultsError`). `*_timeline`: per-case
+    SM clocks from each run's power.csv (`timeline_clocks`), used where a case has no power summary."""
+    bc, cc = check_results(base, "baseline"), check_results(cur, "current")
+    return compare_checked(
+        bc, cc, threshold, alpha, min_samples, drift_threshold, allow_missing, base_timeline, cur_timeline
+    )
+
+
+def compare_checked(
+    bc: dict,
+    cc: dict,
+    threshold: float,
+    alpha: float,
+    min_samples: int,
+    drift_threshold: float,
+    allow_missing: bool,
+    base_timeline: dict | None = None,
+    cur_timeline: dict | None = None,
+) -> list[dict]:
+    ids = list(bc) + [i for i in cc if i not in bc]
+    rows = [
+        compare_case(
+            i, bc.get(i), cc.get(i), threshold, alpha, min_samples, drift_threshold, base_timeline, cur_timeline
+        )
+        for i in ids
+    ]
+    if allow_missing:
+        for r in rows:
+            if r["verdict"] == "missing":
+                r["fails_gate"] = False
+                r["message"] += " (allowed by --allow-missing)"
+    return rows
+
+
+def counts(rows: list[dict]) -> dict[str, int]:
+    out = {v: 0 for v in VERDICTS}
+    for r in rows:
+        out[r["verdict"]] = out.get(r["verdict"], 0) + 1
+    return out
+
+
+def regressions(rows: list[dict]) -> list[dict]:
+    """The rows that fail the gate."""
+    return [r for r in rows if r["fails_gate"]]
