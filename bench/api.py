@@ -34,7 +34,7 @@ def run(
       name `<config dict>` as the file).
     - `only`: a regex over case ids; `providers`: labels ("a,b" or a list) — as `--only`/`--providers`.
     - `out`: the run folder (default `<output_dir>/<config name>-<UTC time>`); it holds the files
-      afterwards and is `df.attrs["run_dir"]`.
+      afterwards and is `df.attrs["run_dir"]`. A folder that already holds a run is refused.
     - `device`: a CUDA index for a `device: cuda` config (default: the current device), or "cpu"/"cuda"
       to override the config's device.
     - `progress`: show the tqdm bar (off by default: a notebook cell shows the per-case lines).
@@ -47,6 +47,7 @@ def run(
     from bench.config import default_run_dir, load_config
     from bench.device import resolve_device
     from bench.errors import UsageError
+    from bench.rundir import check_new_run_dir
     from bench.runner import Runner
     from bench.selection import select_cases
     from reports.metrics import load_run
@@ -61,7 +62,9 @@ def run(
     elif device is not None:
         index = int(device)
     run_dir = Path(out) if out is not None else default_run_dir(cfg)
-    runner = Runner(cfg, run_dir, resolve_device(kind, index), progress=progress)
+    dev = resolve_device(kind, index)
+    check_new_run_dir(run_dir, "out" if out is not None else f"{cfg.path}: output_dir:")
+    runner = Runner(cfg, run_dir, dev, progress=progress)
     runner.run(cases)
     _, df, _ = load_run(run_dir)
     df.attrs.update(run_dir=str(run_dir), interrupted=runner.interrupted)

@@ -99,9 +99,11 @@ def _fmt(v: Any) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def expand_set(s, check_family, check_pairing) -> list[Workload]:
-    """The workloads of one validated `WorkloadSet`. `check_family(family, params, L)` and
-    `check_pairing(rule, params)` raise the config loader's one-line errors."""
+def expand_set(s, check) -> list[Workload]:
+    """The workloads of one validated `WorkloadSet`. `check(family, params, rule, rule_params, L, seed,
+    sort)` validates one workload completely (raising the config loader's one-line errors) and returns
+    the family parameters the run samples with (file paths made absolute); the case ids keep the values
+    as the config wrote them."""
     lengths = dict(s.lengths)
     family = lengths.pop("family", None)
     kv = dict(s.kv)
@@ -134,8 +136,7 @@ def expand_set(s, check_family, check_pairing) -> list[Workload]:
             rparams = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("kv.")}
             if rule == "fixed_kv" and rparams.get("kv_len") in (None, "max_len"):
                 rparams["kv_len"] = L
-            check_family(family, fparams, L)
-            check_pairing(rule, rparams)
+            run_params = check(family, fparams, rule, rparams, L, point["seed"], point["sort_by_length"])
             sweep = {}
             for k, v in point.items():
                 short = k.split(".", 1)[-1]
@@ -158,7 +159,7 @@ def expand_set(s, check_family, check_pairing) -> list[Workload]:
                     qk_scale=s.qk_scale,
                     causal=s.causal,
                     family=family,
-                    family_params=fparams,
+                    family_params=run_params,
                     rule=rule,
                     rule_params=rparams,
                     seed=point["seed"],

@@ -12,13 +12,16 @@ import sys
 from pathlib import Path
 
 from bench.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ConfigError, UsageError
+from reports.results import ResultsWriteError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own errors: one line, exit 2
-        self.print_usage(sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
+    def __init__(self, *args, **kw):
+        # no abbreviations: `--ou` would be `--out`, and the printed --resume command must find every --out
+        super().__init__(*args, allow_abbrev=False, **kw)
+
+    def error(self, message):  # argparse's own errors: one line (no usage block), exit 2
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def version() -> str:
@@ -40,30 +43,58 @@ def _load(path):
 def cmd_run(a) -> int:
     from bench.config import default_run_dir
     from bench.device import resolve_device
-    from bench.reporting import render
-    from bench.runner import Runner
+    from bench.rundir import check_new_run_dir, check_resume
     from bench.selection import restrict_to_list, select_cases
 
     cfg = _load(a.config)
     cases = select_cases(cfg, a.only, a.providers)
     if a.case_list:
         cases = restrict_to_list(cfg, cases, a.case_list)
+    if a.resume and a.out:
+        raise UsageError(f"--out {a.out}: not with --resume, which continues {a.resume} in place")
+    if a.force and not a.resume:
+        raise UsageError("--force: only with --resume (it allows resuming a run of another config)")
     if a.gpus is not None:
         from bench.shard import run_sharded
 
         return run_sharded(cfg, cases, a)
     device = resolve_device(cfg.model.device, a.device)
-    run_dir = Path(a.resume or a.out or default_run_dir(cfg))
-    if a.resume and not (run_dir / "results.json").exists():
-        raise UsageError(f"--resume {run_dir}: no results.json there")
-    print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {device} -> {run_dir}", flush=True)
-    runner = Runner(cfg, run_dir, device, resume=bool(a.resume), progress=not a.no_progress)
-    counts = runner.run(cases)
-    if not a.no_report:
-        render(run_dir)
-    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
-    print(f"done: {summary}. results: {run_dir / 'results.json'}", flush=True)
-    return EXIT_INTERRUPTED if runner.interrupted else 0
+    if a.resume:
+        run_dir = Path(a.resume)
+        check_resume(cfg, run_dir, a.force)
+    else:
+        run_dir = Path(a.out) if a.out else default_run_dir(cfg)
+        check_new_run_dir(run_dir, "--out" if a.out else f"{cfg.path}: output_dir:")
+    return _sweep(a, cfg, cases, device, run_dir)
+
+
+def _sweep(a, cfg, cases, device, run_dir: Path) -> int:
+    """The sweep and its report; Ctrl-C/SIGTERM end it with the finished cases and the report written."""
+    from bench.reporting import render
+    from bench.rundir import resume_command
+    from bench.runner import Runner
+    from bench.signals import interrupts
+
+    with interrupts() as sig:
+        try:
+            print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {device} -> {run_dir}", flush=True)
+            runner = Runner(cfg, run_dir, device, resume=bool(a.resume), progress=not a.no_progress)
+            counts = runner.run(cases)
+            if not a.no_report:
+                try:
+                    render(run_dir)
+                except OSError as exc:
+                    raise ResultsWriteError.of(run_dir / "report.md", exc) from None
+        except KeyboardInterrupt:  # before the sweep started, or while the report was drawn
+            counts = None
+        summary = ", ".join(f"{v} {k}" for k, v in sorted((counts or {}).items())) or "nothing to do"
+        if sig.signum is None:
+            print(f"done: {summary}. results: {run_dir / 'results.json'}", flush=True)
+            return 0
+        print(f"interrupted ({sig.name}): {summary}. results: {run_dir / 'results.json'}", flush=True)
+        if (run_dir / "results.json").exists():
+            print(f"to continue: {resume_command(a.argv, run_dir)}", flush=True)
+        return sig.exit_code
 
 
 def cmd_list(a) -> int:
@@ -98,12 +129,22 @@ def cmd_report(a) -> int:
     if not (run_dir / "results.json").is_file():
         raise UsageError(f"{run_dir}: no results.json in this folder")
     from reports.render import render_report
-    from reports.results import ResultsError
+    from reports.results import ResultsError, read_results
 
     try:
+        if a.baseline is not None:
+            cases = read_results(run_dir)["cases"]
+            labels = list(dict.fromkeys(str(c["provider"]) for c in cases if c.get("provider") is not None))
+            if a.baseline not in labels:
+                raise UsageError(
+                    f"--baseline {a.baseline}: not a provider of {run_dir / 'results.json'}; allowed: "
+                    + (", ".join(labels) or "none (no case records a provider)")
+                )
         paths = render_report(run_dir, baseline=a.baseline)
     except ResultsError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise ResultsWriteError.of(run_dir / "report.md", exc) from None
     for kind, p in paths.items():
         print(f"{kind}: {p}")
     return 0
@@ -126,7 +167,9 @@ def cmd_env(a) -> int:
     import torch
 
     from bench.env import print_env
+    from bench.provider_specs import load_provider_modules
 
+    load_provider_modules()  # a module that does not import: one line, before any of the table
     dev = torch.device("cuda", a.device or 0) if torch.cuda.is_available() else torch.device("cpu")
     print_env(dev, full=a.full)
     return 0
@@ -163,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("config")
     r.add_argument("--out", help="run folder (default: <output_dir>/<config>-<UTC time>)")
     r.add_argument("--resume", metavar="RUN_DIR", help="continue a run folder, skipping recorded cases")
+    r.add_argument("--force", action="store_true", help="with --resume: continue a run made from another config")
     r.add_argument("--only", metavar="REGEX", help="only case ids matching this regular expression")
     r.add_argument("--providers", help="comma-separated provider labels (subset of the config's)")
     r.add_argument("--device", type=int, help="CUDA device index")
@@ -233,9 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         from reports.compare import compare_main
 
         return compare_main(argv[1:])
-    a = build_parser().parse_args(argv)
     try:
+        a = build_parser().parse_args(argv)
+        a.argv = argv
         return a.fn(a)
-    except (ConfigError, UsageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ConfigError, UsageError, ResultsWriteError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -30,9 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bench.cases import Case, ProviderSpec, Workload, as_list, cases_of, dtype_of, expand_set
 from bench.errors import ConfigError
+from bench.provider_specs import resolve_providers
 from kernels.activations import ACTIVATION_NAMES
-from kernels.registry import MODES, get_provider, provider_names
-from workloads import check_family_params, check_pairing_params
+from kernels.registry import MODES
+from workloads import check_family_params, check_pairing_params, check_workload, resolve_family_params
 
 DTYPES = ("bf16", "fp16", "fp32")
 DICT_SOURCE = "<config dict>"  # how errors name a config given as a Python dict
@@ -53,8 +54,25 @@ __all__ = [
 ]
 
 
+def _no_bools(v: Any) -> Any:
+    """YAML `true` is a Python bool, and pydantic takes a bool for an int: `max_len: true` would run L=1."""
+    for x in v if isinstance(v, list) else [v]:
+        if isinstance(x, bool):
+            raise ValueError(f"{x!r} is a boolean; allowed: an integer")
+    return v
+
+
+def _no_repeats(v: list | None) -> list | None:
+    if v is not None:
+        dup = next((m for i, m in enumerate(v) if m in v[:i]), None)
+        if dup is not None:
+            raise ValueError(f"{dup!r} is listed twice; allowed: each mode once")
+    return v
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and inf are never a sensible setting: `alpha: .nan` turned every case INCORRECT
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Timing(_Strict):
@@ -65,23 +83,49 @@ class Timing(_Strict):
     flush_l2: bool = True
     cuda_graph: bool = False
 
+    _ints = field_validator("min_reps", "max_reps", mode="before")(_no_bools)
+
+    @model_validator(mode="after")
+    def _reps(self):
+        if self.min_reps > self.max_reps:
+            raise ValueError(
+                f"min_reps ({self.min_reps}) is above max_reps ({self.max_reps}); allowed: min_reps <= max_reps"
+            )
+        return self
+
 
 class Correctness(_Strict):
     enabled: bool = True
     tolerance: float = Field(2e-2, gt=0)
     max_check_seqs: int = Field(16, ge=1)
 
+    _ints = field_validator("max_check_seqs", mode="before")(_no_bools)
+
 
 class Power(_Strict):
     enabled: bool = True
     period_ms: float = Field(10.0, gt=0)
     energy_loop_s: float = Field(1.0, ge=0)
+    # The case runs back to back this long before the energy window opens, so the window starts loaded,
+    # with NVML's 100 ms power reading refreshed and the cap controller past its first-second transient
+    # (docs/DESIGN.md §5; docs/experiments/power-estimators.md).
+    settle_s: float = Field(1.0, ge=0)
     # The energy loop before the timed samples instead of after: the samples then start in the
     # power-capped steady state rather than in whatever state the previous case left (docs/DESIGN.md §5).
     energy_loop_first: bool = False
     # case ids matching this regex are timed twice, with and without the sampling thread, to measure
     # what monitoring costs
     overhead_check: str | None = None
+
+    @field_validator("overhead_check")
+    @classmethod
+    def _regex(cls, v):
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"{v!r} is not a valid regular expression ({exc}); allowed: a Python regex") from None
+        return v
 
 
 class Hardware(_Strict):
@@ -140,10 +184,21 @@ class WorkloadSet(_Strict):
     modes: list[Literal["fwd", "bwd", "fwd_bwd"]] | None = None
     providers: list[ProviderEntry] | None = None
 
+    _ints = field_validator("B", "H", "Hkv", "D", "max_len", "seed", mode="before")(_no_bools)
+    _modes = field_validator("modes")(_no_repeats)
+
     @field_validator("providers", mode="before")
     @classmethod
     def _provider_entries(cls, v):
         return _entries(v)
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v):
+        for n in as_list(v):
+            if n < 0:
+                raise ValueError(f"seeds must be integers >= 0, got {n!r}")
+        return v
 
     @field_validator("activation")
     @classmethod
@@ -183,10 +238,22 @@ class BenchConfig(_Strict):
     output_dir: str = "runs"
     sets: list[WorkloadSet] = Field(min_length=1)
 
+    _modes = field_validator("modes")(_no_repeats)
+
     @field_validator("providers", mode="before")
     @classmethod
     def _provider_entries(cls, v):
         return _entries(v)
+
+    @field_validator("name")
+    @classmethod
+    def _run_name(cls, v):
+        # the name is the run folder's prefix under output_dir: no separator, no `..`
+        if v is not None and not LABEL_RE.fullmatch(v):
+            raise ValueError(
+                f"{v!r} cannot name a run folder; allowed: letters, digits and _ . + - (not starting with . or -)"
+            )
+        return v
 
     @model_validator(mode="after")
     def _names(self):
@@ -224,57 +291,12 @@ def default_run_dir(cfg: LoadedConfig) -> Path:
     return Path(cfg.model.output_dir) / f"{cfg.name}-{stamp}"
 
 
-# ----------------------------------------------------------------------------------------- providers
-
-
-def _spec(entry: ProviderEntry, where: str, known: list[str], path) -> ProviderSpec:
-    if entry.name not in known:
-        raise ConfigError(f"{path}: {where}: unknown provider {entry.name!r}; allowed: {', '.join(known)}")
-    try:
-        get_provider(entry.name, entry.options or None)  # parses the options: a bad one fails here
-    except ValueError as exc:
-        raise ConfigError(f"{path}: {where}.options: {exc}") from None
-    return ProviderSpec(label=entry.label or entry.name, name=entry.name, options=dict(entry.options))
-
-
-def resolve_providers(model: BenchConfig, path) -> tuple[list[ProviderSpec], dict[str, list[ProviderSpec]]]:
-    """The labelled providers of the config and of each set that has its own list; one-line errors."""
-    known = provider_names()
-    top: list[ProviderSpec] = []
-    defined: dict[str, ProviderSpec] = {}
-    for i, e in enumerate(model.providers):
-        spec = _spec(e, f"providers.{i}", known, path)
-        if spec.label in defined:
-            raise ConfigError(
-                f"{path}: providers.{i}: the label {spec.label!r} is used twice; give each entry its own label"
-            )
-        defined[spec.label] = spec
-        top.append(spec)
-    per_set: dict[str, list[ProviderSpec]] = {}
-    for s in model.sets:
-        if s.providers is None:
-            continue
-        specs: list[ProviderSpec] = []
-        for i, e in enumerate(s.providers):
-            where = f"sets.{s.name}.providers.{i}"
-            if e.label is None and not e.options and e.name in defined:
-                spec = defined[e.name]  # a label (or a plain name) defined at the top level
-            else:
-                spec = _spec(e, where, known, path)
-                if spec.label in defined and defined[spec.label] != spec:
-                    raise ConfigError(
-                        f"{path}: {where}: the label {spec.label!r} is already defined with other "
-                        "options; give this entry its own label"
-                    )
-                defined.setdefault(spec.label, spec)
-            if any(p.label == spec.label for p in specs):
-                raise ConfigError(f"{path}: {where}: the label {spec.label!r} is listed twice")
-            specs.append(spec)
-        per_set[s.name] = specs
-    return top, per_set
-
-
 # ------------------------------------------------------------------------------------------- loading
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _loc(loc: tuple) -> str:
@@ -294,9 +316,34 @@ def _validation_message(exc: ValidationError, data: dict, path) -> str:
         msg = "unknown field"
     elif err["type"] == "missing":
         msg = "required field is missing"
-    elif err["type"] == "literal_error":
+    elif err["type"] in ("literal_error", "finite_number"):
         msg = f"{msg}, got {err.get('input')!r}"
     return f"{path}: {_loc(tuple(loc))}: {msg}"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys silently; a config with `name:` twice is a mistake."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden, by design
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    seen = key in first
+                except TypeError:  # an unhashable key: SafeLoader reports it
+                    continue
+                if seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"the key {key!r} appears twice (first on line {first[key] + 1})",
+                        key_node.start_mark,
+                    )
+                first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 def _read(source: str | Path | Mapping) -> tuple[Path, dict, bytes]:
@@ -309,7 +356,7 @@ def _read(source: str | Path | Mapping) -> tuple[Path, dict, bytes]:
         raise ConfigError(f"{path}: config file not found")
     raw = path.read_bytes()
     try:
-        data = yaml.safe_load(raw)
+        data = yaml.load(raw, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -340,29 +387,43 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
             f"{path}: baseline: {model.baseline!r} is not one of the config's providers; allowed: {', '.join(labels)}"
         )
 
-    def family_ok(set_name: str):
-        def check(family, params, max_len):
+    base_dir = None if isinstance(source, Mapping) else path.parent
+
+    def workload_ok(set_name: str, B: int):
+        def check(family, params, rule, rule_params, max_len, seed, sort) -> dict:
+            """Everything about one workload, before any case runs: its parameters, then its lengths
+            drawn (every empirical file read). A relative file path is the config folder's."""
             if not isinstance(family, str):
                 raise ConfigError(f"{path}: sets.{set_name}.lengths.family: required (a length family name)")
             try:
                 check_family_params(family, params, max_len=max_len)
             except ValueError as exc:
                 raise ConfigError(f"{path}: sets.{set_name}.lengths: {exc}") from None
-
-        return check
-
-    def pairing_ok(set_name: str):
-        def check(rule, params):
             try:
-                check_pairing_params(rule, params)
+                check_pairing_params(rule, rule_params)
             except ValueError as exc:
                 raise ConfigError(f"{path}: sets.{set_name}.kv: {exc}") from None
+            try:
+                check_workload(
+                    family,
+                    params,
+                    rule,
+                    rule_params,
+                    batch_size=B,
+                    max_len=max_len,
+                    seed=seed,
+                    sort=sort,
+                    base_dir=base_dir,
+                )
+            except ValueError as exc:
+                raise ConfigError(f"{path}: sets.{set_name}: {_first_line(exc)}") from None
+            return resolve_family_params(family, params, base_dir)
 
         return check
 
     cases: list[Case] = []
     for s in model.sets:
-        workloads = expand_set(s, family_ok(s.name), pairing_ok(s.name))
+        workloads = expand_set(s, workload_ok(s.name, s.B))
         cases += cases_of(workloads, list(s.modes or model.modes), per_set.get(s.name, top))
     return LoadedConfig(
         path=path,

@@ -10,6 +10,7 @@ import numpy as np
 
 from bench.cases import Case, Workload
 from bench.timing import Samples
+from reports.drift import drift
 from workloads import work_pairs
 
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
@@ -81,6 +82,10 @@ def base_record(
         "median_ms": None,
         "p20_ms": None,
         "p80_ms": None,
+        "timed_s": None,
+        "drift": None,
+        "drift_p": None,
+        "sm_clock_mhz": None,
         "tflops": None,
         "util_peak": None,
         "util_measured": None,
@@ -93,13 +98,19 @@ def base_record(
 
 
 def timing_fields(samples: Samples, flops: float, peak_tflops: float | None, gemm_tflops: float | None) -> dict:
-    """The samples and what follows from them: TFLOP/s from the median, utilization over each ceiling."""
+    """The samples and what follows from them: TFLOP/s from the median, utilization over each ceiling,
+    the timed window (the samples' sum, s) and the drift of the samples (first vs last tenth, the figure
+    compare judges a case by: reports.drift)."""
     tflops = flops / (samples.median_ms * 1e-3) / 1e12 if samples.median_ms > 0 else None
+    d, p = drift(samples.times_ms)
     return {
         "times_ms": samples.times_ms,
         "median_ms": samples.median_ms,
         "p20_ms": samples.p20_ms,
         "p80_ms": samples.p80_ms,
+        "timed_s": sum(samples.times_ms) / 1e3,
+        "drift": d,
+        "drift_p": p,
         "tflops": tflops,
         "util_peak": tflops / peak_tflops if tflops is not None and peak_tflops else None,
         "util_measured": tflops / gemm_tflops if tflops is not None and gemm_tflops else None,

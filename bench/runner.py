@@ -30,10 +30,18 @@ from bench.gate import correctness
 from bench.monitor import PowerMonitor
 from bench.progress import Progress
 from bench.record import base_record, case_flops, format_rate, timing_fields
-from bench.signals import sigterm_as_interrupt
+from bench.signals import interrupts
 from bench.timing import Samples, sync_for, time_cpu, time_cuda
 from kernels.registry import CaseSpec, Provider, get_provider
-from reports.results import ResultsWriter, append_timeline, atomic_write, power_csv_text, read_power_text, read_results
+from reports.results import (
+    ResultsWriteError,
+    ResultsWriter,
+    append_timeline,
+    atomic_write,
+    power_csv_text,
+    read_power_text,
+    read_results,
+)
 from workloads import stats
 
 __all__ = ["Runner", "correctness", "default_run_dir", "spec_for"]
@@ -87,6 +95,7 @@ class Runner:
             "gpu_count": 1 if self.device.type == "cuda" else 0,
             "finished_at": None,
             "interrupted": False,
+            "harness_error": None,
             "hardware_target": hw.target,
             "hardware_row": table_row,
             "power_cap_w": hw.power_cap_w,
@@ -168,7 +177,9 @@ class Runner:
         if case.provider not in self._availability:
             try:
                 self._availability[case.provider] = self.provider(case).availability(self.device)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # SystemExit included: a provider never ends the sweep
                 self._availability[case.provider] = f"availability check failed: {one_line(exc)}"
         return self._availability[case.provider]
 
@@ -177,7 +188,9 @@ class Runner:
         try:
             p = self.provider(case)
             semantics, options = p.semantics, p.options_record()
-        except Exception:  # recorded by run_case as the case's error
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # recorded by run_case as the case's error
             pass
         gpu = (self.device.index or 0) if self.device.type == "cuda" else None
         return base_record(case, semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu"))
@@ -196,9 +209,7 @@ class Runner:
                     cuda_graph=t.cuda_graph,
                     device=self.device,
                 )
-        return time_cpu(
-            fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=min(t.min_reps, 3), max_reps=min(t.max_reps, 20)
-        )
+        return time_cpu(fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
 
     def run_case(self, case: Case, batch, wstats: dict, flops: float) -> dict:
         rec = self.record(case, wstats, flops)
@@ -210,7 +221,9 @@ class Runner:
             if reason is None:
                 try:
                     reason = self.provider(case).unsupported(batch, spec)
-                except Exception as exc:
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
                     reason = f"support check failed: {one_line(exc)}"
             if reason is not None:
                 rec.update(status="skipped", error=reason)
@@ -237,19 +250,33 @@ class Runner:
             self.power.before_samples(case, rec, fn, flops)
             meta = self.writer.meta
             peak = (meta.get("peak_tflops") or {}).get(case.workload.dtype)
-            rec.update(timing_fields(self.time(fn), flops, peak, meta.get("measured_gemm_tflops")), status="ok")
+            mark = self.power.mark()
+            samples = self.time(fn)
+            rec.update(
+                timing_fields(samples, flops, peak, meta.get("measured_gemm_tflops")),
+                sm_clock_mhz=self.power.clock_since(mark),
+                status="ok",
+            )
             self.power.after_samples(case, rec, fn, flops)
         except torch.cuda.OutOfMemoryError as exc:
             rec.update(status="failed", error=f"out of memory: {one_line(exc)}", times_ms=[])
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit included: whatever a provider raises, the sweep goes on
             rec.update(status="failed", error=one_line(exc), times_ms=[])
-            with (self.run_dir / "errors.log").open("a") as log:
-                log.write(f"== {case.id}\n{traceback.format_exc()}\n")
+            self._log_traceback(case.id)
         finally:
             del fn
             _free(self.device)
             rec["wall_s"] = round(time.perf_counter() - t0, 3)
         return rec
+
+    def _log_traceback(self, case_id: str) -> None:
+        try:
+            with (self.run_dir / "errors.log").open("a") as log:
+                log.write(f"== {case_id}\n{traceback.format_exc()}\n")
+        except OSError:
+            pass  # the case's error is in results.json; a full disk stops the run at its next write
 
     # -- the sweep ---------------------------------------------------------------------------------
     def build_workload(self, w: Workload):
@@ -270,33 +297,52 @@ class Runner:
         return q_len, kv_len, wstats
 
     def run(self, cases: list[Case]) -> dict:
+        """Run the cases not yet recorded; {status: count}. Ctrl-C/SIGTERM end it with `interrupted`; an
+        error of the harness itself is re-raised after results.json records it (`harness_error`,
+        `interrupted: true`), so such a run never looks complete."""
         done = self.writer.done_ids()
         todo = [c for c in cases if c.id not in done]
         self.progress = Progress(len(todo), self.show_progress, self.log)
         if done:
             self.say(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
         counts: dict[str, int] = {}
-        try:
-            with sigterm_as_interrupt():
+        crash: BaseException | None = None
+        with interrupts():
+            try:
                 self._start_monitor()
                 self._calibrate()
                 for w, group in groupby(todo, key=lambda c: c.workload):
                     self._run_workload(w, list(group), counts)
-        except KeyboardInterrupt:
-            self.interrupted = True
-            self.say("interrupted: results.json holds every finished case")
-        finally:
+            except KeyboardInterrupt:
+                self.interrupted = True
+                self.say("interrupted: results.json holds every finished case")
+            except BaseException as exc:
+                crash = exc
             self.progress.close()
+            try:
+                self._finish(crash)
+            except ResultsWriteError:
+                if crash is None:
+                    raise
+        if crash is not None:
+            raise crash
+        return counts
+
+    def _finish(self, crash: BaseException | None) -> None:
+        try:
             if self.monitor:
                 self.monitor.stop()
                 self._write_power()
                 if self.monitor.error:
                     self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
+        finally:
+            stopped = self.interrupted or crash is not None
             self.writer.update_meta(
-                finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), interrupted=self.interrupted
+                finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                interrupted=stopped,
+                harness_error=None if crash is None else one_line(crash),
             )
-            self._write_parquet()
-        return counts
+        self._write_parquet()
 
     def _run_workload(self, w: Workload, group: list[Case], counts: dict[str, int]) -> None:
         q_len, kv_len, wstats = self.build_workload(w)

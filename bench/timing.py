@@ -1,15 +1,17 @@
 """Honest timing: every sample kept, L2 flushed before each call, budgets in milliseconds (nvbench-style).
 
 GPU: one pair of CUDA events around each call; before each call the L2 is flushed by writing a buffer
-twice its size, so no call is timed on data the previous call left in cache. Warmup and repetition are
-budgets in ms, turned into counts from a first estimate, clamped to [min_reps, max_reps]. Optional
-CUDA-graph mode replays a captured call (for tiny cases dominated by launch overhead).
-CPU (the smoke config under the Triton interpreter): wall clock per call; the numbers only prove the
-pipeline works.
+twice its size, so no call is timed on data the previous call left in cache. The warmup is a budget in
+ms turned into a count from a three-call estimate. `rep_ms` is the sum of the timed samples: they are
+taken in chunks that double, sized from the recent samples' mean, with a sync between chunks, until
+they add up to `rep_ms`, within [min_reps, max_reps] (`chunk_size`). Optional CUDA-graph mode replays a
+captured call (for tiny cases dominated by launch overhead). CPU (the smoke config under the Triton
+interpreter): wall clock per call, the same budget; the numbers only prove the pipeline works.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,9 +44,25 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor:
     return _flush_buffers[idx]
 
 
-def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int):
-    est = max(estimate_ms, 1e-3)
-    return max(1, int(warmup_ms / est)), int(min(max_reps, max(min_reps, rep_ms / est)))
+def warmup_count(estimate_ms: float, warmup_ms: float) -> int:
+    return max(1, int(warmup_ms / max(estimate_ms, 1e-3)))
+
+
+def chunk_size(times_ms: list[float], rep_ms: float, min_reps: int, max_reps: int) -> int:
+    """How many more samples to take (0: done). Done at `max_reps`, or once the samples add up to
+    `rep_ms` with at least `min_reps` of them. The first chunk is `min_reps` samples; after that a chunk
+    is what the rest of the budget needs at the recent samples' mean (the later half: a clock that drops
+    under a power cap shows there first), at most as many as were taken so far (chunks double, as
+    `bench.monitor.run_for`'s batches do), so only the last chunk's error can overshoot the window."""
+    n, total = len(times_ms), math.fsum(times_ms)
+    if n >= max_reps or (n >= min_reps and total >= rep_ms):
+        return 0
+    if n == 0:
+        want = min_reps
+    else:
+        recent = times_ms[n // 2 :]
+        want = min(math.ceil((rep_ms - total) / max(math.fsum(recent) / len(recent), 1e-6)), n)
+    return min(max(want, min_reps - n, 1), max_reps - n)
 
 
 def time_cuda(
@@ -83,31 +101,29 @@ def time_cuda(
         end.record()
         torch.cuda.synchronize(device)
         est.append(start.elapsed_time(end))
-    n_warm, n_rep = _counts(float(np.median(est)), warmup_ms, rep_ms, min_reps, max_reps)
-    for _ in range(n_warm):
+    for _ in range(warmup_count(float(np.median(est)), warmup_ms)):
         call()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    for i in range(n_rep):
-        if flush is not None:
-            flush.zero_()
-        starts[i].record()
-        call()
-        ends[i].record()
-    torch.cuda.synchronize(device)
-    return Samples.of([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+    times: list[float] = []
+    while n := chunk_size(times, rep_ms, min_reps, max_reps):
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            if flush is not None:
+                flush.zero_()
+            starts[i].record()
+            call()
+            ends[i].record()
+        torch.cuda.synchronize(device)
+        times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return Samples.of(times)
 
 
 def time_cpu(
     fn: Callable[[], object], *, warmup_ms: float, rep_ms: float, min_reps: int = 3, max_reps: int = 50, **_
 ) -> Samples:
-    # the caller has already warmed fn; this first call gives the estimate (the interpreter is slow)
-    t0 = time.perf_counter()
-    fn()
-    est = (time.perf_counter() - t0) * 1e3
-    _, n_rep = _counts(est, warmup_ms, rep_ms, min_reps, max_reps)
-    times = []
-    for _ in range(n_rep):
+    fn()  # the caller has already warmed fn once: a second warmup call
+    times: list[float] = []
+    while chunk_size(times, rep_ms, min_reps, max_reps):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)

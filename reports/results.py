@@ -11,6 +11,7 @@ moment leaves a valid results.json holding every case finished before the kill.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -46,6 +47,7 @@ __all__ = [
     "TIMELINE_GAP_S",
     "CaseRecord",
     "ResultsError",
+    "ResultsWriteError",
     "ResultsWriter",
     "append_timeline",
     "atomic_write",
@@ -53,6 +55,7 @@ __all__ = [
     "csv_frame",
     "flatten_case",
     "flatten_cases",
+    "make_dir",
     "power_csv_text",
     "read_power",
     "read_power_text",
@@ -113,8 +116,28 @@ def clean(obj: Any) -> Any:
     return obj
 
 
+class ResultsWriteError(Exception):
+    """A run file could not be written (disk full, read-only, no permission): one line naming the file."""
+
+    @classmethod
+    def of(cls, path: Path, exc: OSError) -> ResultsWriteError:
+        code = errno.errorcode.get(exc.errno or 0, "")
+        why = exc.strerror or str(exc) or type(exc).__name__
+        return cls(f"{path}: cannot write ({why}{', ' + code if code else ''})")
+
+
+def _drop(tmp: Path) -> None:
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass  # the write failed already; a temp file that cannot be removed is not a second error
+
+
 def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: never a half-written file."""
+    """Write `text` to `path` through a temporary file and a rename: never a half-written file.
+
+    An OSError (disk full, read-only, no permission) leaves no temporary file and is raised as a
+    one-line `ResultsWriteError`; the previous file, if any, is untouched."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -123,9 +146,18 @@ def atomic_write(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        raise ResultsWriteError.of(path, exc) from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        _drop(tmp)
+
+
+def make_dir(path: Path) -> None:
+    """`mkdir -p`, with the one-line `ResultsWriteError` of `atomic_write`."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsWriteError.of(Path(path), exc) from None
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -223,8 +255,13 @@ def write_parquet(cases: list[dict], path: Path) -> Path:
             df[col] = df[col].map(lambda v: None if _missing(v) else _as_text(v))
     df = df.dropna(axis=1, how="all")
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ResultsWriteError.of(Path(path), exc) from None
+    finally:
+        _drop(tmp)
     return Path(path)
 
 
@@ -247,12 +284,15 @@ class ResultsWriter:
 
     def __init__(self, run_dir: Path, meta: dict, existing: dict | None = None):
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.run_dir)
         self.data = existing or {"schema": SCHEMA, "meta": meta, "workloads": {}, "cases": []}
         if existing:
             old = self.data["meta"]
             resumed = [*old.get("resumed_at", []), meta.get("started_at")]
             keep = {k: old[k] for k in ("started_at",) if old.get(k)}
+            if old.get("config_sha256") != meta.get("config_sha256"):  # resumed from another config (--force)
+                mine = {k: old.get(k) for k in ("config", "config_name", "config_sha256")}
+                keep["config_history"] = [*old.get("config_history", []), mine]
             old.update({k: v for k, v in meta.items() if v is not None})
             old.update(keep, resumed_at=resumed)
         self.flush()
@@ -262,7 +302,7 @@ class ResultsWriter:
         """A writer over complete results `data` (a merge, a profile update), written as they are."""
         writer = cls.__new__(cls)
         writer.run_dir = Path(run_dir)
-        writer.run_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(writer.run_dir)
         writer.data = data
         writer.flush()
         return writer

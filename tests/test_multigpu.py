@@ -189,7 +189,8 @@ def test_case_cost_follows_budgets_and_flops(tmp_path):
 def test_parse_gpus():
     assert parse_gpus("all", "cuda", visible=4) == [0, 1, 2, 3]
     assert parse_gpus(" 2, 0 ", "cuda", visible=4) == [2, 0]
-    assert parse_gpus("all", "cpu") == [0, 1]
+    with pytest.raises(UsageError, match=r"--gpus all: the config runs on device: cpu.*e\.g\. --gpus 0,1"):
+        parse_gpus("all", "cpu")  # "all" means GPUs: a CPU config names its workers
     assert parse_gpus("0,1,2", "cpu") == [0, 1, 2]
     with pytest.raises(UsageError, match=r"device 4 does not exist; 4 GPU\(s\) visible \(indices 0\.\.3\)"):
         parse_gpus("0,4", "cuda", visible=4)

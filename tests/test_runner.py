@@ -174,14 +174,14 @@ class Slow(Provider):
 def test_interrupted_run_keeps_finished_cases(tmp_path, sig):
     (tmp_path / "slowprov.py").write_text(SLOW)
     cfg = config(tmp_path, "[test_slow]", modes="[fwd, bwd, fwd_bwd]")
-    out = tmp_path / "run"
+    out_dir = tmp_path / "run"
     env = dict(
         os.environ,
         GDPA_BENCH_PROVIDERS="slowprov",
         PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out), "--no-progress"],
+        [sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out_dir), "--no-progress"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -191,21 +191,23 @@ def test_interrupted_run_keeps_finished_cases(tmp_path, sig):
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
-            if len(results(out)["cases"]) >= 2:
+            if len(results(out_dir)["cases"]) >= 2:
                 break
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             pass
         time.sleep(0.1)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    data = results(out)  # valid JSON whatever the signal
+    out, err = proc.communicate(timeout=60)
+    data = results(out_dir)  # valid JSON whatever the signal
     n = len(data["cases"])
     assert 2 <= n < 6
     assert all(c["status"] == "ok" for c in data["cases"])
     if sig != signal.SIGKILL:
-        assert proc.returncode == 130
+        assert proc.returncode == 128 + sig  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
         assert data["meta"]["interrupted"] is True and data["meta"]["finished_at"]
         assert "Traceback" not in err
+        last = out.strip().splitlines()[-1]  # the run ends with the command that continues it
+        assert last == f"to continue: python -m bench run {cfg} --no-progress --resume {out_dir}", last
 
 
 def test_check_sequences_covers_extremes():
@@ -260,7 +262,7 @@ class _OrderMonitor:
     def __init__(self, events):
         self.events = events
 
-    def measure(self, fn, sync, min_seconds, flops_per_call, case_id):
+    def measure(self, fn, sync, min_seconds, settle_s, flops_per_call, case_id):
         fn()
         self.events.append("energy")
         return {"avg_w": 1.0}
@@ -394,3 +396,185 @@ def test_python_api_runs_a_config_path_or_dict_and_returns_the_cases(tmp_path):
         bench.run(data, out=tmp_path / "c")
     assert str(exc.value).startswith("<config dict>: sets.tiny.activation: unknown activation 'swish'; allowed:")
     assert not (tmp_path / "c").exists()
+
+
+# ------------------------------------------------------------------------------ faults (issue 19)
+
+
+class _Leaving(BaseException):
+    """Not an Exception: what a provider may raise that `except Exception` would let through."""
+
+
+@register
+class _Exits(Provider):
+    name = "test_exits"
+    semantics = "gdpa"
+
+    def forward(self, batch, spec):
+        raise SystemExit(3)
+
+
+@register
+class _Leaves(Provider):
+    name = "test_leaves"
+    semantics = "gdpa"
+
+    def forward(self, batch, spec):
+        raise _Leaving("gone")
+
+
+def test_a_provider_that_exits_is_recorded_failed_and_the_sweep_goes_on(tmp_path):
+    cfg = config(tmp_path, "[test_exits, test_leaves, naive_eager]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report"]) == 0
+    data = results(out)
+    by = {c["provider"]: c for c in data["cases"]}
+    assert len(data["cases"]) == 6
+    assert by["test_exits"]["status"] == "failed" and by["test_exits"]["error"] == "SystemExit: 3"
+    assert by["test_leaves"]["status"] == "failed" and by["test_leaves"]["error"] == "_Leaving: gone"
+    assert by["naive_eager"]["status"] == "ok"
+    assert data["meta"]["interrupted"] is False and data["meta"]["harness_error"] is None
+    assert "SystemExit" in (out / "errors.log").read_text()
+
+
+def _only_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_disk_full_while_writing_results_is_one_line_and_leaves_no_temp_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import reports.results as results_module
+
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    out = tmp_path / "run"
+    real_fsync, writes = results_module.os.fsync, []
+
+    def fsync(fd):  # results.json and .csv are written after every case: the disk fills after case 1
+        writes.append(fd)
+        if len(writes) > 6:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(results_module.os, "fsync", fsync)
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 2
+    line = _only_line(capsys.readouterr().err)
+    assert "results.json: cannot write (No space left on device, ENOSPC)" in line, line
+    assert not list(out.glob(".*.tmp"))  # no temporary file left behind
+    monkeypatch.undo()
+    assert [c["status"] for c in results(out)["cases"]] == ["ok"]  # the last good results.json stands
+
+
+def test_read_only_places_are_one_line(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import bench.rundir
+    import reports.results as results_module
+
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    # a folder the user cannot write: refused before anything runs
+    monkeypatch.setattr(bench.rundir.os, "access", lambda path, mode: False)
+    assert main(["run", str(cfg), "--out", str(tmp_path / "ro" / "run"), "--no-progress"]) == 2
+    line = _only_line(capsys.readouterr().err)
+    assert line.startswith(f"error: --out {tmp_path / 'ro' / 'run'}: {tmp_path} is not writable"), line
+    assert not (tmp_path / "ro").exists()
+    monkeypatch.undo()
+
+    # a file system that turns read-only during the run (EROFS on the rename)
+    def replace(src, dst):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(results_module.os, "replace", replace)
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 2
+    line = _only_line(capsys.readouterr().err)
+    assert "results.json: cannot write (Read-only file system, EROFS)" in line, line
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_a_crash_of_the_harness_is_not_recorded_as_a_finished_run(tmp_path, monkeypatch):
+    from bench.runner import Runner
+
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    out = tmp_path / "run"
+    real, seen = Runner._run_workload, []
+
+    def run_workload(self, w, group, counts):
+        seen.append(w)
+        if len(seen) == 2:
+            raise RuntimeError("a bug in the harness")
+        real(self, w, group, counts)
+
+    monkeypatch.setattr(Runner, "_run_workload", run_workload)
+    with pytest.raises(RuntimeError, match="a bug in the harness"):  # a harness bug keeps its traceback
+        main(["run", str(cfg), "--out", str(out), "--no-progress"])
+    meta = results(out)["meta"]
+    assert meta["interrupted"] is True and meta["harness_error"] == "RuntimeError: a bug in the harness"
+    assert len(results(out)["cases"]) == 1
+
+
+def test_resume_of_a_run_of_another_config_needs_force(tmp_path, capsys):
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report", "--only", "L=6"]) == 0
+    first = results(out)["meta"]["config_sha256"]
+    cfg.write_text(cfg.read_text().replace("name: t", "name: t2"))  # another config
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--resume", str(out), "--no-progress"]) == 2
+    line = _only_line(capsys.readouterr().err)
+    assert "that run was made from config 't'" in line and "--force" in line
+    assert len(results(out)["cases"]) == 1  # untouched
+    assert main(["run", str(cfg), "--resume", str(out), "--force", "--no-progress", "--no-report"]) == 0
+    meta = results(out)["meta"]
+    assert len(results(out)["cases"]) == 2 and meta["config_name"] == "t2"
+    assert meta["config_history"] == [{"config": str(cfg), "config_name": "t", "config_sha256": first}]
+
+
+def test_cpu_runs_take_the_configured_reps_and_record_the_window(tmp_path):
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    cfg.write_text(cfg.read_text().replace("min_reps: 2, max_reps: 2", "min_reps: 25, max_reps: 25"))
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report"]) == 0
+    for c in results(out)["cases"]:
+        assert len(c["times_ms"]) == 25  # not clamped to 20 on a CPU
+        assert c["timed_s"] == pytest.approx(sum(c["times_ms"]) / 1e3)
+        assert c["drift"] is not None and 0 <= c["drift_p"] <= 1  # 25 samples: drift is computed
+        assert c["sm_clock_mhz"] is None  # no GPU, no sampler
+
+
+def test_a_second_ctrl_c_still_writes_the_report(tmp_path):
+    (tmp_path / "slowprov.py").write_text(SLOW)
+    cfg = config(tmp_path, "[test_slow]", modes="[fwd, bwd, fwd_bwd]")
+    out_dir = tmp_path / "run"
+    env = dict(
+        os.environ,
+        GDPA_BENCH_PROVIDERS="slowprov",
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out_dir), "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if len(results(out_dir)["cases"]) >= 1:
+                break
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            pass
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # the report (plots) takes seconds to draw: the second Ctrl-C lands while it is written
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert "SIGINT again: still writing the results and the report" in err
+    assert (out_dir / "report.md").exists() and (out_dir / "report.html").exists()
+    assert results(out_dir)["meta"]["interrupted"] is True
+    assert out.strip().splitlines()[-1].startswith("to continue: python -m bench run ")

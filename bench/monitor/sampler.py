@@ -168,11 +168,12 @@ class PowerMonitor:
             return [self._sample_dict(i) for i in range(len(self._t))]
 
     def window(self, start: int, stop: int | None = None) -> dict:
-        """Samples `start:stop` as parallel lists (None = not read): power_w, sm_clock_mhz,
-        temperature_c, reason_masks, energy_mj, energy_times_s."""
+        """Samples `start:stop` as parallel lists (None = not read): times_s (monotonic, the power
+        read's), power_w, sm_clock_mhz, temperature_c, reason_masks, energy_mj, energy_times_s."""
         with self._lock:
             sl = slice(start, len(self._t) if stop is None else stop)
             return {
+                "times_s": list(self._t[sl]),
                 "power_w": list(self._power[sl]),
                 "sm_clock_mhz": [_value(v) for v in self._sm[sl]],
                 "temperature_c": [_value(v) for v in self._temp[sl]],
@@ -315,14 +316,16 @@ class PowerMonitor:
         *,
         sync: Callable[[], Any],
         min_seconds: float = 1.0,
+        settle_s: float = 0.0,
         flops_per_call: float | None = None,
         case_id: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> dict | None:
         """Run ``fn()`` in a loop for >= ``min_seconds`` with sampling on; return the power dict.
 
-        The loop is :func:`run_for` (sync before the start, then after doubling batches of calls).
-        Returns None without calling ``fn`` when the monitor is unavailable. Otherwise a dict with:
+        The loop is :func:`run_for` (sync, the ``settle_s`` pre-roll, then the window: doubling batches
+        of calls with a sync after each). Returns None without calling ``fn`` when the monitor is
+        unavailable. Otherwise a dict with:
 
         - ``avg_w``, ``peak_w``, ``n_samples``: the sampler's readings inside the window;
         - ``avg_w_from_energy``: power from the NVML energy counter, and ``energy_j_per_call`` =
@@ -331,7 +334,14 @@ class PowerMonitor:
           span >= half of it; removes the counter's step error), ``"counter"`` (counter delta between
           the start and end of the window), or ``"samples"`` (counter unreadable: ``avg_w * seconds``;
           ``avg_w_from_energy`` is then None); ``avg_w_from_energy_delta`` always holds the plain
-          start/end delta (None if unreadable), for comparison;
+          start/end delta (None if unreadable), for comparison; ``energy_span_s``: the time the counter
+          figure covers, ``counter_step_ms``: the median time between counter updates;
+        - ``avg_w_same_span`` (``n_samples_same_span``): the samples' average over the counter
+          figure's span: the second estimator of the same energy;
+        - ``headline_w`` (the one figure a report shows: ``avg_w_from_energy``, else ``avg_w``),
+          ``estimator_diff`` / ``estimators_disagree`` (``avg_w_same_span`` vs the counter, > 5%) and
+          ``above_cap`` (headline > cap + 3%): `reports.power_checks.power_flags`;
+        - ``settle_s``: the pre-roll's length (s);
         - ``tflops`` (if ``flops_per_call``), ``tflops_per_w`` (over ``avg_w_from_energy``, else
           ``avg_w``);
         - ``frac_at_cap``: share of samples with power >= 0.97 x cap OR the sw_power_cap reason
@@ -353,16 +363,18 @@ class PowerMonitor:
         prev_case = self._case_id
         if case_id is not None:
             self.begin_case(case_id)
-        self.read_energy = True
-        marks: dict[str, Any] = {}
+        marks: dict[str, Any] = {"s0": time.monotonic()}
 
         def on_start() -> None:
+            self.read_energy = True  # a counter read costs ms of CPU: only inside the window
             marks["i0"] = len(self)
             marks["e0"] = self.energy_mj()
             marks["m0"] = time.monotonic()
 
         try:
-            calls, seconds = run_for(fn, sync=sync, min_seconds=min_seconds, clock=clock, on_start=on_start)
+            calls, seconds = run_for(
+                fn, sync=sync, min_seconds=min_seconds, clock=clock, on_start=on_start, settle_s=settle_s
+            )
             e1 = self.energy_mj()
             m1 = time.monotonic()
             window = self.window(marks["i0"])
@@ -386,5 +398,7 @@ class PowerMonitor:
             flops_per_call=flops_per_call,
         )
         if result is not None:
-            result.update(power_source=self.power_source, monitor_error=monitor_error)
+            result.update(
+                settle_s=marks["m0"] - marks["s0"], power_source=self.power_source, monitor_error=monitor_error
+            )
         return result

@@ -69,15 +69,9 @@ def summarize_samples(
     return out
 
 
-def energy_from_ticks(times_s: list[float], energy_mj: list[int | None]) -> tuple[float, float] | None:
-    """Average power (W) between the first and last update of the energy counter seen in a window.
-
-    NVML's energy counter advances in steps (docs/DESIGN.md §5), so a plain end-minus-start delta is off
-    by up to one step at each end. Inside measure() windows the sampler reads the counter every sample;
-    a *tick* is a reading that differs from the previous one, and the energy between the first and last
-    tick over the time between them is the power over that span.
-    Returns (watts, span_s), or None with fewer than two ticks.
-    """
+def counter_ticks(times_s: list[float], energy_mj: list[int | None]) -> list[tuple[float, int]]:
+    """The updates of NVML's energy counter seen in a window: (time, mJ) of every reading that differs
+    from the one before it. The counter advances in steps (docs/DESIGN.md §5)."""
     ticks: list[tuple[float, int]] = []
     prev = None
     for t, e in zip(times_s, energy_mj, strict=False):
@@ -86,6 +80,18 @@ def energy_from_ticks(times_s: list[float], energy_mj: list[int | None]) -> tupl
         if prev is not None and e != prev:
             ticks.append((t, e))
         prev = e
+    return ticks
+
+
+def energy_from_ticks(times_s: list[float], energy_mj: list[int | None]) -> tuple[float, float] | None:
+    """Average power (W) between the first and last update of the energy counter seen in a window.
+
+    A plain end-minus-start delta is off by up to one counter step at each end. Inside measure() windows
+    the sampler reads the counter every sample; the energy between the first and last tick
+    (`counter_ticks`) over the time between them is the power over that span.
+    Returns (watts, span_s), or None with fewer than two ticks.
+    """
+    ticks = counter_ticks(times_s, energy_mj)
     if len(ticks) < 2:
         return None
     (ta, ea), (tb, eb) = ticks[0], ticks[-1]

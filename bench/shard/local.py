@@ -23,11 +23,12 @@ from pathlib import Path
 
 from bench.cases import Case
 from bench.config import LoadedConfig, default_run_dir
-from bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
+from bench.errors import EXIT_FAILED, UsageError
 from bench.reporting import render as render_report
+from bench.rundir import check_new_run_dir, check_resume, resume_command
 from bench.shard.merge import merge_planned, rc_text
-from bench.shard.plan import PLAN_SCHEMA, parse_gpus, plan_path, read_plan, shard_cases, write_plan
-from bench.signals import sigterm_as_interrupt
+from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
+from bench.signals import interrupts
 from reports.results import read_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -93,18 +94,19 @@ class Worker:
 
 def launch(
     cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_root: Path, tag_prefix: str = ""
-) -> tuple[dict[int, int], bool]:
-    """One `python -m bench run` per (label, cases); returns {label: returncode} and whether the
-    parent was interrupted (Ctrl-C / SIGTERM: the workers are stopped with SIGTERM, their finished
-    cases kept)."""
+) -> tuple[dict[int, int], int | None]:
+    """One `python -m bench run` per (label, cases); returns {label: returncode} and, when the parent
+    was interrupted, its exit status (128 + the signal; Ctrl-C / SIGTERM: the workers are stopped with
+    SIGTERM, their finished cases kept), else None."""
     shard_root.mkdir(parents=True, exist_ok=True)
     device_type = cfg.model.device
     env = worker_env(len(assignment), device_type)
     lock = threading.Lock()
     workers: list[Worker] = []
     interrupted = False
+    sig = None
     try:
-        with sigterm_as_interrupt():
+        with interrupts() as sig:
             for label, cases in assignment:
                 sd = shard_root / f"gpu{label}"
                 cmd = [
@@ -150,7 +152,7 @@ def launch(
                 w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 w.proc.kill()
-    return {w.label: w.finish() for w in workers}, interrupted
+    return {w.label: w.finish() for w in workers}, (sig.exit_code if interrupted and sig else None)
 
 
 def run_local(
@@ -162,8 +164,10 @@ def run_local(
     resume: bool = False,
     render: bool = True,
     tag_prefix: str = "",
+    argv: list[str] | None = None,
 ) -> int:
-    """Shard `cases` over `labels` workers into run_dir, merge, optionally render; the exit code."""
+    """Shard `cases` over `labels` workers into run_dir, merge, optionally render; the exit code.
+    `argv`: the command's arguments, for the `--resume` command an interrupted run prints."""
     run_dir = Path(run_dir).resolve()
     plan = read_plan(run_dir) if resume else None
     if resume and plan is None:
@@ -201,18 +205,27 @@ def run_local(
         f"[{', '.join(str(lab) for lab, _ in assignment)}] -> {run_dir}",
         flush=True,
     )
-    rcs, interrupted = launch(cfg, assignment, shard_root, tag_prefix)
+    rcs, stopped = launch(cfg, assignment, shard_root, tag_prefix)
     new = plan["sources"][len(plan["sources"]) - len(assignment) :]
     for src, (lab, _) in zip(new, assignment, strict=True):
         src["returncode"] = rcs.get(lab)
     write_plan(run_dir, plan)
-    data = merge_planned(run_dir, interrupted=interrupted)
-    return conclude(run_dir, data, rcs, interrupted, render, tag_prefix)
+    data = merge_planned(run_dir, interrupted=stopped is not None)
+    return conclude(run_dir, data, rcs, stopped, render, tag_prefix, argv=argv)
 
 
 def conclude(
-    run_dir: Path, data: dict, rcs: dict, interrupted: bool, render: bool, tag_prefix: str = "", unit: str = "gpu"
+    run_dir: Path,
+    data: dict,
+    rcs: dict,
+    stopped: int | None,
+    render: bool,
+    tag_prefix: str = "",
+    unit: str = "gpu",
+    argv: list[str] | None = None,
 ) -> int:
+    """Print the outcome, render the report; the exit status (`stopped`: the interrupted parent's, then
+    the command that continues the run is the last line, when `argv` is known)."""
     meta = data["meta"]
     counts: dict[str, int] = {}
     for c in data["cases"]:
@@ -238,8 +251,10 @@ def conclude(
         + f". results: {run_dir / 'results.json'}",
         flush=True,
     )
-    if interrupted:
-        return EXIT_INTERRUPTED
+    if stopped is not None:
+        if argv is not None:
+            print(f"to continue: {resume_command(argv, run_dir)}", flush=True)
+        return stopped
     return EXIT_FAILED if bad or missing else 0
 
 
@@ -281,27 +296,24 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], a) -> int:
     if getattr(a, "device", None) is not None:
         raise UsageError("--device and --gpus cannot be combined: --gpus picks the devices")
     labels = parse_gpus(a.gpus, cfg.model.device)
+    argv = getattr(a, "argv", None) or sys.argv[1:]
     if a.resume:
         run_dir = Path(a.resume)
         if not run_dir.is_dir():
             raise UsageError(f"--resume {run_dir}: no such folder")
-        if not (run_dir / "results.json").is_file():
-            if read_plan(run_dir) is None:
-                raise UsageError(f"--resume {run_dir}: no results.json there")
+        if not (run_dir / "results.json").is_file() and read_plan(run_dir) is not None:
             merge_planned(run_dir)  # the parent died before merging: merge what the shards recorded
+        check_resume(cfg, run_dir, getattr(a, "force", False))
         done = {c["id"] for c in read_results(run_dir).get("cases", [])}
         todo = [c for c in cases if c.id not in done]
         print(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded", flush=True)
         if not todo:
             if read_plan(run_dir) is not None:
                 data = merge_planned(run_dir)
-                return conclude(run_dir.resolve(), data, {}, False, True)
+                return conclude(run_dir.resolve(), data, {}, None, True)
             print(f"done: nothing to do. results: {run_dir / 'results.json'}", flush=True)
             return 0
-        return run_local(cfg, todo, run_dir, labels, resume=True)
-    run_dir = Path(a.out or default_run_dir(cfg))
-    if (run_dir / "results.json").exists() or plan_path(run_dir).exists():
-        raise UsageError(
-            f"--out {run_dir}: already holds a run; pass --resume {run_dir} to continue it or choose another folder"
-        )
-    return run_local(cfg, cases, run_dir, labels)
+        return run_local(cfg, todo, run_dir, labels, resume=True, argv=argv)
+    run_dir = Path(a.out) if a.out else default_run_dir(cfg)
+    check_new_run_dir(run_dir, "--out" if a.out else f"{cfg.path}: output_dir:")
+    return run_local(cfg, cases, run_dir, labels, argv=argv)

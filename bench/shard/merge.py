@@ -57,8 +57,8 @@ def rc_text(rc: int | None) -> str:
             return f"killed by {signal.Signals(-rc).name}"
         except ValueError:
             return f"killed by signal {-rc}"
-    if rc == 130:
-        return "interrupted (exit 130)"
+    if rc in (130, 143):
+        return f"interrupted (exit {rc})"
     return f"exit {rc}"
 
 

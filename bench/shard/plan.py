@@ -20,23 +20,28 @@ import torch
 
 from bench.cases import Case
 from bench.errors import UsageError
+from bench.rundir import PLAN_FILE
 from bench.shard.cost import case_cost
 from kernels.registry import get_provider
 from reports.results import atomic_write
 
-PLAN_FILE = "multigpu.json"
 PLAN_SCHEMA = "gdpa-bench-multigpu/1"
-CPU_ALL_WORKERS = 2  # what `--gpus all` means for a `device: cpu` config
 
 
 def parse_gpus(spec: str, device_type: str, visible: int | None = None) -> list[int]:
     """The worker labels that `--gpus SPEC` asks for.
 
     CUDA configs: "all" is every visible device (`torch.cuda.device_count()`, or `visible`), "0,2" those
-    device indices, each checked against the count. CPU configs: "all" is `CPU_ALL_WORKERS` workers and
-    "0,1,2" that many workers with those labels (CPU sharding exists so the machinery is testable)."""
+    device indices, each checked against the count. CPU configs name their workers: "0,1,2" is three
+    workers with those labels (CPU sharding exists so the machinery is testable); "all" means GPUs and is
+    refused there."""
     text = (spec or "").strip()
     n = None
+    if device_type == "cpu" and text == "all":
+        raise UsageError(
+            "--gpus all: the config runs on device: cpu, where there are no GPUs to take; name CPU workers "
+            "instead, e.g. --gpus 0,1"
+        )
     if device_type != "cpu":
         if visible is None:
             visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -44,7 +49,7 @@ def parse_gpus(spec: str, device_type: str, visible: int | None = None) -> list[
         if n == 0:
             raise UsageError(f"--gpus {text}: the config asks for device: cuda but no CUDA GPU is visible")
     if text == "all":
-        return list(range(CPU_ALL_WORKERS if n is None else n))
+        return list(range(n))
     parts = [p.strip() for p in text.split(",")]
     try:
         labels = [int(p) for p in parts]

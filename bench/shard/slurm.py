@@ -16,11 +16,12 @@ import torch
 
 from bench.config import LoadedConfig, default_run_dir, load_config
 from bench.errors import UsageError, one_line
+from bench.rundir import check_new_run_dir
 from bench.selection import select_cases
 from bench.shard.local import REPO_ROOT, conclude, run_local
 from bench.shard.merge import merge_planned
-from bench.shard.plan import PLAN_SCHEMA, parse_gpus, plan_path, shard_cases, write_plan
-from bench.signals import sigterm_as_interrupt
+from bench.shard.plan import PLAN_SCHEMA, parse_gpus, shard_cases, write_plan
+from bench.signals import interrupts
 from reports.results import read_results
 
 SLURM_ARGS_ENV = "GDPA_BENCH_SLURM_ARGS"
@@ -100,9 +101,9 @@ def submit(cfg: LoadedConfig, a) -> int:
         raise UsageError(
             "bench submit: Slurm's sbatch is not on PATH here; --local runs the nodes on this machine (testing)"
         )
-    run_dir = Path(a.out or default_run_dir(cfg)).resolve()
-    if (run_dir / "results.json").exists() or plan_path(run_dir).exists():
-        raise UsageError(f"--out {run_dir}: already holds a run; choose another folder")
+    run_dir = Path(a.out) if a.out else default_run_dir(cfg)
+    check_new_run_dir(run_dir, "--out" if a.out else f"{cfg.path}: output_dir:")
+    run_dir = run_dir.resolve()
     folder = run_dir / "submitit"
     if a.local:
         executor = submitit.LocalExecutor(folder=folder)
@@ -170,9 +171,9 @@ def submit(cfg: LoadedConfig, a) -> int:
         flush=True,
     )
     rcs: dict[int, int] = {}
-    interrupted = False
+    stopped = None
     try:
-        with sigterm_as_interrupt():
+        with interrupts() as sig:
             for k, job in jobs.items():
                 try:
                     res = job.result()
@@ -186,12 +187,12 @@ def submit(cfg: LoadedConfig, a) -> int:
                     rcs[k] = 1
                     print(f"node{k}: job {job.job_id} failed: {one_line(exc)}", flush=True)
     except KeyboardInterrupt:
-        interrupted = True
+        stopped = sig.exit_code
         print("interrupted: cancelling the jobs; their finished cases are kept", flush=True)
         for job in jobs.values():
             try:
                 job.cancel(check=False)
             except Exception:
                 pass
-    data = merge_planned(run_dir, interrupted=interrupted)
-    return conclude(run_dir, data, rcs, interrupted, render=True, unit="node")
+    data = merge_planned(run_dir, interrupted=stopped is not None)
+    return conclude(run_dir, data, rcs, stopped, render=True, unit="node")

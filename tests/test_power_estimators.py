@@ -1,0 +1,160 @@
+"""The power fix of issue 19 (docs/experiments/power-estimators.md): a settle pre-roll before the energy
+window, both estimators over the same span, one headline, the above-cap and disagreement flags, the
+clock of the timed samples, and the counts a README states about a run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from test_monitor import CONST, FakeClock, make
+
+from bench import monitor as M
+from bench.case_power import CasePower
+from bench.monitor.measure import power_of_window
+from reports.power_checks import claims, main, power_counts, power_flags
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_run_for_settles_before_the_window_opens():
+    clock = FakeClock(step=1 / 16)
+    events = []
+    calls, seconds = M.run_for(
+        lambda: (events.append("fn"), clock.tick()),
+        sync=lambda: events.append("sync"),
+        min_seconds=0.75,
+        clock=clock,
+        on_start=lambda: events.append("start"),
+        settle_s=0.5,
+    )
+    start = events.index("start")
+    # the pre-roll: 8 calls (0.5 s) in doubling batches, each batch synced, none of them counted
+    assert events[:2] == ["sync", "fn"] and events[start - 1] == "sync" and events[:start].count("fn") == 8
+    assert (calls, seconds) == (12, 0.75)  # the window alone, exactly as without a pre-roll
+    assert events[start:].count("fn") == 12
+
+
+def _window(power_in_span: float, counter_w: float, n: int = 100, idle_samples: int = 10):
+    """A 1 s window sampled every 10 ms: `idle_samples` at 400 W (the idle-to-load start NVML still
+    shows), then `power_in_span`; the counter steps every 100 ms at `counter_w`, seen by the next read."""
+    times = [i / 100 for i in range(n)]
+    power = [400.0] * idle_samples + [power_in_span] * (n - idle_samples)
+    updates = [0.105 + k / 10 for k in range(9)]
+    energy_t = [t + 0.001 for t in times]
+    energy = [5_000_000 + round(counter_w * 100) * sum(u <= t for u in updates) for t in energy_t]
+    return {
+        "times_s": times,
+        "power_w": power,
+        "sm_clock_mhz": [1980] * n,
+        "temperature_c": [60] * n,
+        "reason_masks": [0] * n,
+        "energy_mj": energy,
+        "energy_times_s": energy_t,
+    }
+
+
+def test_both_estimators_cover_the_same_span():
+    w = _window(730.0, 730.0)
+    r = power_of_window(w, calls=100, seconds=1.0, wall_s=1.0, e0=None, e1=None, cap_w=700.0, flops_per_call=1e12)
+    assert r["energy_source"] == "counter_ticks"
+    assert r["avg_w_from_energy"] == pytest.approx(730.0)  # 8 steps of 73 J over 0.8 s
+    assert r["energy_span_s"] == pytest.approx(0.8) and r["counter_step_ms"] == pytest.approx(100.0)
+    # the whole-window average carries the stale idle start; the same span does not
+    assert r["avg_w"] == pytest.approx((10 * 400 + 90 * 730) / 100)
+    assert r["avg_w_same_span"] == pytest.approx(730.0) and r["n_samples_same_span"] == 80
+    assert r["headline_w"] == r["avg_w_from_energy"]
+    assert r["estimator_diff"] == pytest.approx(0.0) and r["estimators_disagree"] is False
+    assert r["above_cap"] is True  # 730 W > 700 W + 3%
+    assert r["energy_j_per_call"] == pytest.approx(730.0 * 1.0 / 100)
+
+
+def test_estimators_more_than_5_percent_apart_are_flagged():
+    r = power_of_window(
+        _window(650.0, 700.0), calls=10, seconds=1.0, wall_s=1.0, e0=None, e1=None, cap_w=700.0, flops_per_call=None
+    )
+    assert r["estimator_diff"] == pytest.approx(650 / 700 - 1) and r["estimators_disagree"] is True
+    assert r["above_cap"] is False  # 700 W is within cap + 3%
+
+
+def test_power_flags_without_a_counter_or_a_cap():
+    assert power_flags({"avg_w": 500.0, "cap_w": None}) == {
+        "headline_w": 500.0,
+        "estimator_diff": None,
+        "estimators_disagree": None,
+        "above_cap": None,
+    }
+    f = power_flags({"avg_w": 500.0, "avg_w_from_energy": 722.0, "avg_w_same_span": 700.0, "cap_w": 700})
+    assert f["headline_w"] == 722.0 and f["above_cap"] is True and f["estimators_disagree"] is False
+
+
+def test_measure_settles_first_and_reads_the_counter_only_in_the_window():
+    t0 = time.monotonic()
+    mon, fake = make([CONST], cycle=True, energy=lambda: 1_000_000 + round(700_000 * (time.monotonic() - t0)))
+
+    def fn():
+        time.sleep(0.002)
+
+    r = mon.measure(fn, sync=lambda: None, min_seconds=0.15, settle_s=0.15, case_id="c")
+    assert r["settle_s"] >= 0.15
+    tagged = [s for s in mon.samples() if s["case_id"] == "c"]
+    assert r["n_samples"] < len(tagged)  # the pre-roll's samples are the case's, not the window's
+    assert r["seconds"] >= 0.15 and r["avg_w_same_span"] == pytest.approx(690.0)
+    # the counter (ms of CPU per read on a GPU) is read only inside the window: about one read per
+    # window sample, plus the start and end reads, never during the pre-roll
+    assert fake.calls["energy"] <= r["n_samples"] + 4
+
+
+def test_clock_of_the_timed_samples_from_the_running_sampler():
+    mon, _ = make([CONST], cycle=True)
+    power = CasePower(mon, None, timer=lambda fn: None, sync=lambda: None)
+    assert power.mark() is None and power.clock_since(None) is None  # not sampling: no clock
+    mon.start()
+    try:
+        mark = power.mark()
+        time.sleep(0.05)
+        assert power.clock_since(mark) == 1755.0
+        assert power.clock_since(len(mon)) == 1755.0  # an empty window takes one reading
+    finally:
+        mon.stop()
+
+
+def _case(status="ok", **power):
+    return {"id": "x", "status": status, "power": power or None}
+
+
+def test_power_counts_and_the_sentences():
+    cases = [
+        _case(avg_w=690, avg_w_from_energy=730, avg_w_same_span=728, cap_w=700, reasons=["sw_power_cap"]),
+        _case(avg_w=600, avg_w_from_energy=640, avg_w_same_span=600, cap_w=700, reasons=[]),
+        _case(avg_w=500, avg_w_from_energy=505, cap_w=700, reasons=["sw_power_cap"]),  # older run: no same span
+        _case(),  # ok, no power
+        _case("failed", avg_w_from_energy=900, cap_w=700),  # not ok: not counted
+    ]
+    c = power_counts(cases)
+    assert c == {
+        "ok": 4,
+        "with_power": 3,
+        "sw_power_cap": 2,
+        "above_cap": 1,
+        "estimators_disagree": 1,
+        "above_cap_unknown": 0,
+        "estimators_unknown": 1,
+        "cap_w": 700.0,
+    }
+    text = "\n".join(claims(c))
+    assert "sw_power_cap was set during the energy loop of 2 of 3 cases" in text
+    assert "1 of 3 cases average above 700 W + 3%" in text
+    assert "1 of 2 cases have their two power estimators" in text and "1 cannot be judged" in text
+
+
+def test_power_checks_on_the_committed_example_run(capsys):
+    assert main([str(ROOT / "docs" / "example-h200")]) == 0
+    out = capsys.readouterr().out
+    # docs/experiments/power-estimators.md: 129 of 221 with sw_power_cap, 22 above cap + 3%
+    assert "sw_power_cap was set during the energy loop of 129 of 221 cases" in out
+    assert "22 of 221 cases average above 700 W + 3%" in out
+    assert "cannot be judged" in out  # that run predates avg_w_same_span
+    assert main([str(ROOT / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err
