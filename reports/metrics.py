@@ -13,7 +13,8 @@ Conventions (all documented here once, used by plots, report and tests):
   both sides, so this is also the TFLOP/s ratio. NaN when the baseline or the provider is not `ok`.
 - Energy per call: the runner's `power.energy_j_per_call` (NVML energy counter); when absent but an
   average power is known, estimated as avg_w · median_ms / 1000. TFLOP/s per W likewise falls back to
-  tflops / avg_w.
+  tflops / avg_w. `power_w`: the one power figure shown, the energy counter's (`power.avg_w_from_energy`),
+  else the samples' (`power.avg_w`); `power_above_cap` / `power_estimators_apart`: reports.power_checks.
 - `min_bytes`: the compulsory HBM traffic of a case (each input read once, each output written once).
   With Q = total_q·H·D and K = total_kv·Hkv·D elements, elem = 2 bytes (bf16/fp16) or 4 (fp32):
     fwd:      read q, k, v; write o                           -> elem · (2Q + 2K)
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reports.power_checks import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
 from reports.results import MODES, flatten_cases, read_results
 
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4}
@@ -258,6 +260,9 @@ BASE_COLUMNS = (
     "correctness.tolerance",
     "correctness.passed",
     "power.avg_w",
+    "power.avg_w_from_energy",
+    "power.avg_w_same_span",
+    "power.cap_w",
     "power.peak_w",
     "power.energy_j_per_call",
     "power.tflops_per_w",
@@ -296,6 +301,9 @@ NUMERIC_COLUMNS = (
     "correctness.rel_err",
     "correctness.tolerance",
     "power.avg_w",
+    "power.avg_w_from_energy",
+    "power.avg_w_same_span",
+    "power.cap_w",
     "power.peak_w",
     "power.energy_j_per_call",
     "power.tflops_per_w",
@@ -377,6 +385,11 @@ def add_metrics(df: pd.DataFrame, meta: dict, baseline: str | None = None) -> pd
     df["util_peak"] = np.asarray(util_p, dtype=float)
     df["util_measured"] = np.asarray(util_m, dtype=float)
     df["energy_j_per_call"] = np.asarray(energy, dtype=float)
+    # one power figure per column: the energy counter's (the headline, reports.power_checks), else samples
+    counter, sampled = df["power.avg_w_from_energy"].astype(float), df["power.avg_w"].astype(float)
+    df["power_w"] = counter.where(counter.notna(), sampled)
+    df["power_above_cap"] = df["power_w"] > df["power.cap_w"].astype(float) * (1 + ABOVE_CAP_MARGIN)
+    df["power_estimators_apart"] = (df["power.avg_w_same_span"].astype(float) / counter - 1).abs() > ESTIMATOR_TOLERANCE
     df["tflops_per_w"] = np.asarray(per_w, dtype=float)
     df["min_bytes"] = np.asarray(mb, dtype=float)
     df["intensity"] = np.asarray(ai, dtype=float)
