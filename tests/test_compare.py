@@ -551,4 +551,6 @@ def test_gate_configs_time_long_enough_and_record_clocks():
     assert gpu.timing.rep_ms >= 300 and gpu.timing.min_reps >= 5  # 100 ms windows disagreed by up to 7.4%
     assert gpu.power.enabled and gpu.power.period_ms <= 20  # power.csv carries each case's SM clock
     cpu = load_config(ROOT / "configs" / "ci-cpu.yaml").model
-    assert cpu.device == "cpu" and cpu.timing.min_reps >= 5 and cpu.timing.rep_ms / 80 >= 5
+    # 20 samples per case whatever a call takes (the CPU runner honours min_reps): the statistics and the
+    # drift check (reports.drift, from 20 samples) run on every case
+    assert cpu.device == "cpu" and cpu.timing.min_reps >= 20

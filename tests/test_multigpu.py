@@ -173,8 +173,8 @@ def test_case_cost_follows_budgets_and_flops(tmp_path):
     by_id = {c.id: c for c in cfg.cases}
     t = cfg.model.timing
     small = case_cost(by_id["b/fwd/L=16/naive_eager"], cfg.model)
-    # a tiny case on a GPU costs its budgets: warmup + rep + the energy loop, whatever its FLOPs
-    budget = (t.warmup_ms + t.rep_ms) / 1e3 + cfg.model.power.energy_loop_s
+    # a tiny case on a GPU costs its budgets: warmup + rep + the energy loop and its pre-roll, whatever its FLOPs
+    budget = (t.warmup_ms + t.rep_ms) / 1e3 + cfg.model.power.energy_loop_s + cfg.model.power.settle_s
     assert budget < small < budget + 1.0
     assert (
         case_cost(by_id["a/bwd/L=256/fill=1.0/naive_eager"], cfg.model)

@@ -40,8 +40,8 @@ def case_cost(case: Case, model=None) -> float:
     """Estimated wall seconds of one case in the runner.
 
     Timing budgets are per case, so a small case costs its budgets (warmup_ms + rep_ms, the ≥ 1 s
-    energy loop on a GPU with power on) whatever its FLOPs, while a big one costs its calls: FLOPs at a
-    nominal rate × (correctness + first call + warmup + min_reps).
+    energy loop and its settle pre-roll on a GPU with power on) whatever its FLOPs, while a big one costs
+    its calls: FLOPs at a nominal rate × (correctness + first call + warmup + min_reps).
     """
     device = getattr(model, "device", "cuda") if model is not None else "cuda"
     call_s = case_flops_estimate(case) / NOMINAL_FLOPS_PER_S.get(device, NOMINAL_FLOPS_PER_S["cuda"])
@@ -53,6 +53,7 @@ def case_cost(case: Case, model=None) -> float:
         cost += call_s
     cost += max(t.warmup_ms / 1e3, call_s)
     cost += max(min(t.rep_ms / 1e3, t.max_reps * call_s), t.min_reps * call_s)
-    if device == "cuda" and model.power.enabled and model.power.energy_loop_s > 0:
-        cost += max(model.power.energy_loop_s, call_s)
+    p = model.power
+    if device == "cuda" and p.enabled and p.energy_loop_s > 0:
+        cost += max(p.energy_loop_s, call_s) + (max(p.settle_s, call_s) if p.settle_s > 0 else 0.0)
     return cost
