@@ -242,3 +242,20 @@ def test_config_as_a_dict_is_validated_like_yaml(tmp_path):
     with pytest.raises(ConfigError) as exc:
         load_config(data)
     assert str(exc.value) == "<config dict>: sets.s.B: Input should be greater than 0"
+
+
+def test_duplicate_keys_are_refused_but_yaml_merge_keys_may_override(tmp_path):
+    # a key twice, even inside one flow mapping, is a mistake PyYAML would resolve silently (the last wins)
+    dup = GOOD.replace("    B: 2\n", "    B: 2\n    lengths: {family: uniform_fill, fill: 1.0, fill: 0.5}\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: not valid YAML \(line 9\): the key 'fill' appears twice"):
+        load_config(write(tmp_path, dup.replace("    lengths: {family: uniform_fill, fill: [0.5, 1.0]}\n", "")))
+    # `<<: *anchor` then an explicit key is YAML's way to override: allowed
+    merged = GOOD.replace("    kv: {rule: fixed_kv}\n", "    kv:\n      <<: &kv {rule: fixed_kv}\n      rule: self\n")
+    cfg = load_config(write(tmp_path, merged, "m.yaml"))
+    assert cfg.cases[0].workload.rule == "self"
+
+
+def test_power_settle_default_and_bounds(tmp_path):
+    assert load_config(write(tmp_path, GOOD)).model.power.settle_s == 1.0
+    with pytest.raises(ConfigError, match=r"power\.settle_s"):
+        load_config(write(tmp_path, GOOD + "power: {settle_s: -1}\n"))
