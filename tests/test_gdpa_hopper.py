@@ -1,6 +1,7 @@
 """The Hopper GDPA backend (kernels/gdpa/hopper): its contract on any machine, the activation math its
 kernels run (checked here through torch on the CPU), and — marked `gpu`, on an H100/H200 with flash-attn-4 —
 forward and backward against the fp32 reference."""
+
 from __future__ import annotations
 
 import math
@@ -26,9 +27,11 @@ def _qkv(dtype=torch.bfloat16, d=128, h=4, hkv=4, rows=8, krows=8):
 
 # ----------------------------------------------------------------------------------------------- contract
 def test_import_is_cheap_and_does_not_touch_flash_attn():
-    code = ("import sys, kernels.gdpa.hopper as h; "
-            "bad = [m for m in ('flash_attn', 'cutlass', 'quack') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, kernels.gdpa.hopper as h; "
+        "bad = [m for m in ('flash_attn', 'cutlass', 'quack') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -49,11 +52,14 @@ def test_unavailable_without_flash_attn(monkeypatch):
     assert hopper.unavailable("cpu") == "flash-attn-4 not installed (pip install -e '.[fa4]')"
 
 
-@pytest.mark.parametrize(("capability", "expect"), [
-    ((10, 0), "sm100 (Blackwell) not supported yet"),
-    ((8, 0), "needs an sm90 (Hopper) GPU"),
-    ((9, 0), None),
-])
+@pytest.mark.parametrize(
+    ("capability", "expect"),
+    [
+        ((10, 0), "sm100 (Blackwell) not supported yet"),
+        ((8, 0), "needs an sm90 (Hopper) GPU"),
+        ((9, 0), None),
+    ],
+)
 def test_unavailable_by_device(monkeypatch, capability, expect):
     monkeypatch.setattr(hopper, "_PACKAGE_REASON", [None])  # as if flash-attn-4 imported
     monkeypatch.setattr(hopper, "_DEVICE_REASON", {})
@@ -74,19 +80,22 @@ def test_unavailable_is_cached_per_device(monkeypatch):
     assert len(calls) == 1
 
 
-@pytest.mark.parametrize(("change", "expect"), [
-    ({}, None),
-    ({"dtype": torch.float32}, "dtype float32 not supported"),
-    ({"d": 96}, "head dim 96 not supported"),
-    ({"d": 64}, None),
-    ({"dtype": torch.float16}, None),
-    ({"hkv": 2}, None),
-    ({"hkv": 3}, "query heads 4 not a multiple of key/value heads 3"),
-    ({"activation": "tanh"}, "activation 'tanh' not supported"),
-    ({"causal": True}, None),
-    ({"causal": True, "krows": 9}, "causal needs self-attention lengths"),
-    ({"krows": 9}, None),
-])
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({}, None),
+        ({"dtype": torch.float32}, "dtype float32 not supported"),
+        ({"d": 96}, "head dim 96 not supported"),
+        ({"d": 64}, None),
+        ({"dtype": torch.float16}, None),
+        ({"hkv": 2}, None),
+        ({"hkv": 3}, "query heads 4 not a multiple of key/value heads 3"),
+        ({"activation": "tanh"}, "activation 'tanh' not supported"),
+        ({"causal": True}, None),
+        ({"causal": True, "krows": 9}, "causal needs self-attention lengths"),
+        ({"krows": 9}, None),
+    ],
+)
 def test_unsupported(change, expect):
     q, k, v = _qkv(**{n: change[n] for n in ("dtype", "d", "hkv", "krows") if n in change})
     reason = hopper.unsupported(q, k, v, change.get("activation", "fast_gelu"), change.get("causal", False))
@@ -148,8 +157,9 @@ def test_activation_forward_and_backward_match_torch(name, alpha, qk):
     torch.testing.assert_close(out_scale * act.forward(s, consts), ref_v, rtol=1e-9, atol=1e-9)
     p, g = act.backward(s, act.backward_row(act.backward_setup(alpha), qk))
     torch.testing.assert_close(p, qk * ref_v, rtol=1e-9, atol=1e-9)
-    torch.testing.assert_close(torch.broadcast_to(torch.as_tensor(g, dtype=torch.float64), s.shape), ref_g,
-                               rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        torch.broadcast_to(torch.as_tensor(g, dtype=torch.float64), s.shape), ref_g, rtol=1e-9, atol=1e-9
+    )
 
 
 @pytest.mark.parametrize("name", ACTIVATION_NAMES)
@@ -168,8 +178,13 @@ def test_masked_scores_contribute_exactly_zero(name):
         for qk in (1e-3, 1.0, 50.0):
             s = torch.full((2,), act.masked_floor, dtype=torch.float32)
             with torch.no_grad():
-                p, g = act.backward(s, act.backward_row(act.backward_setup(torch.tensor(alpha, dtype=torch.float32)),
-                                                        torch.tensor(qk, dtype=torch.float32)))
+                p, g = act.backward(
+                    s,
+                    act.backward_row(
+                        act.backward_setup(torch.tensor(alpha, dtype=torch.float32)),
+                        torch.tensor(qk, dtype=torch.float32),
+                    ),
+                )
             assert torch.equal(torch.as_tensor(p).abs(), torch.zeros(2)), (alpha, qk, p)
             assert torch.equal(torch.as_tensor(g).abs(), torch.zeros(2)), (alpha, qk, g)
 
@@ -188,8 +203,10 @@ EDGE = [0, 1, 63, 64, 65, 79, 80, 81, 127, 128, 129, 192, 193, 257]
 
 def _batch(q_lengths, kv_lengths, h, hkv, d, dtype, seed):
     from workloads.batch import make_batch
-    return make_batch(np.asarray(q_lengths), np.asarray(kv_lengths), H=h, Hkv=hkv, D=d, dtype=dtype, device="cuda",
-                      seed=seed)
+
+    return make_batch(
+        np.asarray(q_lengths), np.asarray(kv_lengths), H=h, Hkv=hkv, D=d, dtype=dtype, device="cuda", seed=seed
+    )
 
 
 def _relerr(got, ref):
@@ -200,6 +217,7 @@ def _relerr(got, ref):
 @pytest.fixture
 def poisoned(monkeypatch):
     from kernels.gdpa.hopper import launch
+
     # kernels compiled ahead (docs/experiments/hopper_gpu.py --prebuild DIR; the same cases) load instead of
     # compiling on the GPU machine
     if os.environ.get("GDPA_HOPPER_KERNEL_DIR"):
@@ -213,24 +231,28 @@ SHORT_K = [0, 5, 64, 128, 129, 1, 200, 256, 80, 81]
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize(("activation", "causal", "h", "hkv", "d", "dtype", "alpha", "qk", "long_q"), [
-    *[(a, False, 4, 4, 128, torch.bfloat16, 0.7, 1.3, False) for a in ACTIVATION_NAMES],
-    ("fast_gelu", True, 4, 4, 128, torch.bfloat16, 1.0, 1.0, False),
-    ("silu", True, 4, 4, 128, torch.bfloat16, 0.5, 2.0, False),
-    ("silu", True, 4, 2, 64, torch.bfloat16, 1.0, 1.0, False),
-    ("fast_gelu", False, 4, 4, 64, torch.bfloat16, 1.0, 1.0, False),
-    ("hardswish", False, 2, 2, 64, torch.float16, 1.0, 0.5, False),
-    ("fast_gelu", False, 4, 4, 128, torch.float16, 1.0, 1.0, False),
-    ("relu", True, 4, 4, 128, torch.bfloat16, -0.8, 1.0, False),
-    ("fast_gelu", False, 4, 4, 128, torch.bfloat16, 1.0, 1.0, True),
-    ("raw", False, 4, 2, 128, torch.bfloat16, 0.6, 1.0, True),
-])
+@pytest.mark.parametrize(
+    ("activation", "causal", "h", "hkv", "d", "dtype", "alpha", "qk", "long_q"),
+    [
+        *[(a, False, 4, 4, 128, torch.bfloat16, 0.7, 1.3, False) for a in ACTIVATION_NAMES],
+        ("fast_gelu", True, 4, 4, 128, torch.bfloat16, 1.0, 1.0, False),
+        ("silu", True, 4, 4, 128, torch.bfloat16, 0.5, 2.0, False),
+        ("silu", True, 4, 2, 64, torch.bfloat16, 1.0, 1.0, False),
+        ("fast_gelu", False, 4, 4, 64, torch.bfloat16, 1.0, 1.0, False),
+        ("hardswish", False, 2, 2, 64, torch.float16, 1.0, 0.5, False),
+        ("fast_gelu", False, 4, 4, 128, torch.float16, 1.0, 1.0, False),
+        ("relu", True, 4, 4, 128, torch.bfloat16, -0.8, 1.0, False),
+        ("fast_gelu", False, 4, 4, 128, torch.bfloat16, 1.0, 1.0, True),
+        ("raw", False, 4, 2, 128, torch.bfloat16, 0.6, 1.0, True),
+    ],
+)
 def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, alpha, qk, long_q):
     """Every backward plan (launch.backward_plan) is among these: split 64x128 (head dim 128, max_q <
     2 max_kv, and causal), fused 80x128 (long queries), fused 128x128 (head dim 64)."""
     from kernels.gdpa.hopper import launch
     from kernels.reference import reference_outputs
     from kernels.registry import CaseSpec
+
     q_lengths, kv = (LONG_Q, SHORT_K) if long_q else (EDGE, EDGE if causal else EDGE[::-1])
     batch = _batch(q_lengths, kv, h, hkv, d, dtype, seed=3)
     spec = CaseSpec(mode="bwd", activation=activation, alpha=alpha, qk_scale=qk, causal=causal)
@@ -254,6 +276,7 @@ def test_scheduler_hint_batch_and_empty_inputs(poisoned):
     from kernels.gdpa.hopper import launch
     from kernels.reference import reference_outputs
     from kernels.registry import CaseSpec
+
     rng = np.random.default_rng(0)
     lq, lk = rng.integers(0, 200, 300), rng.integers(0, 200, 300)
     batch = _batch(lq, lk, 4, 4, 128, torch.bfloat16, seed=5)

@@ -15,6 +15,7 @@ Timing: triton.testing.do_bench median; FLOPs 4*H*D*sum(Lq*Lk) (fwd), 2.5x that 
 the peer shapes are built by workloads.pairing.build_lengths exactly as configs/h200.yaml builds them, and
 five production sets as configs/production.yaml builds them (unsorted).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,18 @@ import torch  # noqa: E402
 
 from workloads.pairing import build_lengths  # noqa: E402
 
-ACTIVATIONS = ("raw", "relu", "relu_square", "leaky_relu", "gelu", "gelu_tanh", "fast_gelu", "silu", "fast_silu",
-               "hardswish")
+ACTIVATIONS = (
+    "raw",
+    "relu",
+    "relu_square",
+    "leaky_relu",
+    "gelu",
+    "gelu_tanh",
+    "fast_gelu",
+    "silu",
+    "fast_silu",
+    "hardswish",
+)
 EDGE = [0, 1, 63, 64, 65, 79, 80, 81, 127, 128, 129, 191, 192, 193, 255, 256, 257, 300]
 TOL = {torch.bfloat16: 3e-3, torch.float16: 1e-3}
 B_PEER, H_PEER, D_PEER = 1152, 4, 128
@@ -64,8 +75,9 @@ def correctness_plan():
     plan.append(("fast_gelu long q", "fast_gelu", torch.bfloat16, 128, 4, 4, False, long_q, short_k, 0.8, 1.1))
     plan.append(("raw long q gqa", "raw", torch.bfloat16, 128, 4, 2, False, long_q, short_k, 1.0, 1.0))
     lq = rng.integers(0, 200, size=300)  # above the scheduler-hint batch size (256)
-    plan.append(("fast_gelu B=300", "fast_gelu", torch.bfloat16, 128, 4, 4, False, lq, rng.integers(0, 200, 300),
-                 1.0, 1.0))
+    plan.append(
+        ("fast_gelu B=300", "fast_gelu", torch.bfloat16, 128, 4, 4, False, lq, rng.integers(0, 200, 300), 1.0, 1.0)
+    )
     plan.append(("silu B=300 causal", "silu", torch.bfloat16, 128, 4, 4, True, lq, lq, 1.0, 1.0))
     return plan
 
@@ -75,31 +87,41 @@ def peer_shapes():
     shapes = []
     for fill in (1.0, 0.5):
         for L in (256, 512, 1024, 2048):
-            q, k = build_lengths("uniform_fill", {"fill": fill}, "fixed_kv", {"kv_len": L}, batch_size=B_PEER,
-                                 max_len=L, seed=0)
+            q, k = build_lengths(
+                "uniform_fill", {"fill": fill}, "fixed_kv", {"kv_len": L}, batch_size=B_PEER, max_len=L, seed=0
+            )
             shapes.append((f"set1 L={L} fill={fill}", q, k))
     for L in (256, 512, 1024, 2048):
-        q, k = build_lengths("uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, batch_size=B_PEER,
-                             max_len=L, seed=0)
+        q, k = build_lengths(
+            "uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, batch_size=B_PEER, max_len=L, seed=0
+        )
         shapes.append((f"set2 L={L} kv=256", q, k))
-    for name, rule, params, max_len in (("lognormal max=2048", "self", {}, 2048),
-                                        ("lognormal max=4096", "self", {}, 4096),
-                                        ("target_history 4096", "target_history", {"max_targets": 256}, 4096),
-                                        ("seeds 4096", "seeds", {"num_seeds": 192}, 4096),
-                                        ("short_kv 4096", "fixed_kv", {"kv_len": 256}, 4096)):
-        q, k = build_lengths("lognormal", {"preset": "ml-20m"}, rule, params, batch_size=B_PEER, max_len=max_len,
-                             seed=0)
+    for name, rule, params, max_len in (
+        ("lognormal max=2048", "self", {}, 2048),
+        ("lognormal max=4096", "self", {}, 4096),
+        ("target_history 4096", "target_history", {"max_targets": 256}, 4096),
+        ("seeds 4096", "seeds", {"num_seeds": 192}, 4096),
+        ("short_kv 4096", "fixed_kv", {"kv_len": 256}, 4096),
+    ):
+        q, k = build_lengths(
+            "lognormal", {"preset": "ml-20m"}, rule, params, batch_size=B_PEER, max_len=max_len, seed=0
+        )
         shapes.append((name, q, k))
     return shapes
 
 
 def prebuild(directory: str) -> None:
     from kernels.gdpa.hopper import launch
+
     launch.use_kernel_dir(directory)
-    todo = {(dt, d, h // hkv, act, causal, len(lq), int(lq.max()), int(lk.max()))
-            for (_, act, dt, d, h, hkv, causal, lq, lk, _, _) in correctness_plan()}
-    todo |= {(torch.bfloat16, D_PEER, 1, "fast_gelu", False, len(lq), int(lq.max()), int(lk.max()))
-             for _, lq, lk in peer_shapes()}
+    todo = {
+        (dt, d, h // hkv, act, causal, len(lq), int(lq.max()), int(lk.max()))
+        for (_, act, dt, d, h, hkv, causal, lq, lk, _, _) in correctness_plan()
+    }
+    todo |= {
+        (torch.bfloat16, D_PEER, 1, "fast_gelu", False, len(lq), int(lq.max()), int(lk.max()))
+        for _, lq, lk in peer_shapes()
+    }
     for args in sorted(todo, key=repr):
         t0 = time.time()
         launch.prebuild(*args)
@@ -127,30 +149,35 @@ def check_correctness(log, results):
     from kernels.reference import reference_outputs
     from kernels.registry import CaseSpec
     from workloads.batch import make_batch
+
     nan_like = lambda t: torch.full_like(t, math.nan)
     launch._empty_like = nan_like  # poison every output the backend allocates
     rows = []
-    for (name, act, dtype, D, H, Hkv, causal, lq, lk, alpha, qk) in correctness_plan():
+    for name, act, dtype, D, H, Hkv, causal, lq, lk, alpha, qk in correctness_plan():
         row = {"case": name}
         try:
             batch = make_batch(lq, lk, H=H, Hkv=Hkv, D=D, dtype=dtype, device="cuda", seed=len(rows))
             spec = CaseSpec(mode="bwd", activation=act, alpha=alpha, qk_scale=qk, causal=causal)
-            ref_out, (ref_dq, ref_dk, ref_dv) = reference_outputs(batch, spec, "gdpa", dtype=torch.float32,
-                                                                  grads=True)
+            ref_out, (ref_dq, ref_dk, ref_dv) = reference_outputs(batch, spec, "gdpa", dtype=torch.float32, grads=True)
             args = (batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv, act, alpha, qk, causal)
             out = launch.forward(batch.q, batch.k, batch.v, *args)
             dq, dk, dv = launch.backward(batch.dout, batch.q, batch.k, batch.v, *args)
             torch.cuda.synchronize()
-            row.update(out=_relerr(out, ref_out), dq=_relerr(dq, ref_dq), dk=_relerr(dk, ref_dk),
-                       dv=_relerr(dv, ref_dv))
+            row.update(
+                out=_relerr(out, ref_out), dq=_relerr(dq, ref_dq), dk=_relerr(dk, ref_dk), dv=_relerr(dv, ref_dv)
+            )
             worst = max(row[n] if not math.isnan(row[n]) else math.inf for n in ("out", "dq", "dk", "dv"))
             row["ok"] = worst <= TOL[dtype]
         except Exception:
             row["error"] = traceback.format_exc()[-2000:]
             row["ok"] = False
         rows.append(row)
-        log(f"[check] {name:<24} " + " ".join(f"{n}={row[n]:.2e}" for n in ("out", "dq", "dk", "dv") if n in row)
-            + ("  OK" if row["ok"] else "  FAIL") + (f"\n{row['error']}" if "error" in row else ""))
+        log(
+            f"[check] {name:<24} "
+            + " ".join(f"{n}={row[n]:.2e}" for n in ("out", "dq", "dk", "dv") if n in row)
+            + ("  OK" if row["ok"] else "  FAIL")
+            + (f"\n{row['error']}" if "error" in row else "")
+        )
     launch._empty_like = torch.empty_like
     results["correctness"] = rows
     return all(r["ok"] for r in rows)
@@ -175,11 +202,15 @@ def _triton_call(name, max_q, max_kv):
     except Exception:
         return None
     short_kv = max_kv <= 256 < max_q  # set 2 and the short-KV production set
-    fwd_t, dkdv_t, dq_t = (TRITON_TILES_SHORT_KV if short_kv else
-                           TRITON_TILES[min(TRITON_TILES, key=lambda L: abs(L - min(max(max_q, 256), 2048)))])
+    fwd_t, dkdv_t, dq_t = (
+        TRITON_TILES_SHORT_KV
+        if short_kv
+        else TRITON_TILES[min(TRITON_TILES, key=lambda L: abs(L - min(max(max_q, 256), 2048)))]
+    )
     options = GDPAOptions(backend="triton", fwd_tiles=fwd_t, dkdv_tiles=dkdv_t, dq_tiles=dq_t)
-    return lambda q, k, v, qo, ko, mq, mk: gdpa(q, k, v, qo, ko, mq, mk, activation="fast_gelu", alpha=1.0,
-                                                 qk_scale=1.0, causal=False, options=options)
+    return lambda q, k, v, qo, ko, mq, mk: gdpa(
+        q, k, v, qo, ko, mq, mk, activation="fast_gelu", alpha=1.0, qk_scale=1.0, causal=False, options=options
+    )
 
 
 def _time_one(name, lq, lk, row):
@@ -191,12 +222,13 @@ def _time_one(name, lq, lk, row):
     from kernels.gdpa.hopper import launch
     from kernels.reference import gdpa_sequence
     from kernels.registry import CaseSpec
+
     bench = lambda fn: do_bench(fn, warmup=25, rep=250, return_mode="median")
     flops = 4 * H_PEER * D_PEER * float((lq * lk).sum())
     torch.manual_seed(0)
     qo, ko = _offsets(lq, "cuda"), _offsets(lk, "cuda")
     mq, mk = int(lq.max()), int(lk.max())
-    scale = D_PEER ** -0.25  # inputs as workloads/batch.py draws them
+    scale = D_PEER**-0.25  # inputs as workloads/batch.py draws them
     q = torch.randn(int(lq.sum()), H_PEER, D_PEER, device="cuda", dtype=torch.bfloat16) * scale
     k = torch.randn(int(lk.sum()), H_PEER, D_PEER, device="cuda", dtype=torch.bfloat16) * scale
     v = torch.randn_like(k) * scale
@@ -212,8 +244,12 @@ def _time_one(name, lq, lk, row):
         qb, kb, vb = (t[s].float().requires_grad_(True) for t, s in ((q, qs), (k, ks), (v, ks)))
         ob = gdpa_sequence(qb, kb, vb, spec)
         ref = torch.autograd.grad(ob, (qb, kb, vb), do[qs].float())
-        for n, got, r in (("out", out[qs], ob), ("dq", grads[0][qs], ref[0]), ("dk", grads[1][ks], ref[1]),
-                          ("dv", grads[2][ks], ref[2])):
+        for n, got, r in (
+            ("out", out[qs], ob),
+            ("dq", grads[0][qs], ref[0]),
+            ("dk", grads[1][ks], ref[1]),
+            ("dv", grads[2][ks], ref[2]),
+        ):
             errs[n] = max(errs[n], _relerr(got, r.detach()))
     row["relerr"], row["record"] = errs, record
     row["hopper_fwd"] = flops / bench(lambda: launch.forward(q, k, v, *args)) * 1e-9
@@ -228,8 +264,9 @@ def _time_one(name, lq, lk, row):
             row["triton_fwd"] = flops / bench(lambda: triton(q, k, v, qo, ko, mq, mk)) * 1e-9
             qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
             og = triton(qg, kg, vg, qo, ko, mq, mk)
-            row["triton_bwd"] = 2.5 * flops / bench(lambda: torch.autograd.grad(og, (qg, kg, vg), do,
-                                                                                 retain_graph=True)) * 1e-9
+            row["triton_bwd"] = (
+                2.5 * flops / bench(lambda: torch.autograd.grad(og, (qg, kg, vg), do, retain_graph=True)) * 1e-9
+            )
         except Exception:
             row["triton_error"] = traceback.format_exc()[-1500:]
 
@@ -247,29 +284,40 @@ def time_shapes(log, results, deadline):
             row["error"] = traceback.format_exc()[-2500:]
         torch.cuda.empty_cache()
         rows.append(row)
-        log(f"[time] {name:<22} " + " ".join(f"{n}={row[n]:.1f}" for n in
-                                             ("hopper_fwd", "fa4_fwd", "triton_fwd", "hopper_bwd", "fa4_bwd",
-                                              "triton_bwd") if n in row)
+        log(
+            f"[time] {name:<22} "
+            + " ".join(
+                f"{n}={row[n]:.1f}"
+                for n in ("hopper_fwd", "fa4_fwd", "triton_fwd", "hopper_bwd", "fa4_bwd", "triton_bwd")
+                if n in row
+            )
             + (f" relerr={max(row['relerr'].values()):.2e}" if "relerr" in row else "")
-            + "".join(f"\n{row[n]}" for n in ("error", "triton_error") if n in row))
+            + "".join(f"\n{row[n]}" for n in ("error", "triton_error") if n in row)
+        )
     results["timing"] = rows
 
 
 def table(results):
     print("\nTFLOP/s (fwd: 4*H*D*sum(Lq*Lk); bwd 2.5x), B=1152 H=4 D=128 bf16 fast_gelu, H200, one process")
-    print(f"{'shape':<22}{'hop fwd':>8}{'fa4':>7}{'trit':>7}{'h/fa4':>7}{'h/tr':>6}"
-          f"{'hop bwd':>9}{'fa4':>7}{'trit':>7}{'h/fa4':>7}{'h/tr':>6}{'relerr':>9}")
+    print(
+        f"{'shape':<22}{'hop fwd':>8}{'fa4':>7}{'trit':>7}{'h/fa4':>7}{'h/tr':>6}"
+        f"{'hop bwd':>9}{'fa4':>7}{'trit':>7}{'h/fa4':>7}{'h/tr':>6}{'relerr':>9}"
+    )
     f = lambda r, n: f"{r[n]:.0f}" if n in r else "-"
     ratio = lambda r, a, b: f"{r[a] / r[b]:.2f}" if a in r and b in r else "-"
     for r in results.get("timing", []):
-        print(f"{r['shape']:<22}{f(r, 'hopper_fwd'):>8}{f(r, 'fa4_fwd'):>7}{f(r, 'triton_fwd'):>7}"
-              f"{ratio(r, 'hopper_fwd', 'fa4_fwd'):>7}{ratio(r, 'hopper_fwd', 'triton_fwd'):>6}"
-              f"{f(r, 'hopper_bwd'):>9}{f(r, 'fa4_bwd'):>7}{f(r, 'triton_bwd'):>7}"
-              f"{ratio(r, 'hopper_bwd', 'fa4_bwd'):>7}{ratio(r, 'hopper_bwd', 'triton_bwd'):>6}"
-              + (f"{max(r['relerr'].values()):>9.1e}" if "relerr" in r else f"{'ERR':>9}"))
+        print(
+            f"{r['shape']:<22}{f(r, 'hopper_fwd'):>8}{f(r, 'fa4_fwd'):>7}{f(r, 'triton_fwd'):>7}"
+            f"{ratio(r, 'hopper_fwd', 'fa4_fwd'):>7}{ratio(r, 'hopper_fwd', 'triton_fwd'):>6}"
+            f"{f(r, 'hopper_bwd'):>9}{f(r, 'fa4_bwd'):>7}{f(r, 'triton_bwd'):>7}"
+            f"{ratio(r, 'hopper_bwd', 'fa4_bwd'):>7}{ratio(r, 'hopper_bwd', 'triton_bwd'):>6}"
+            + (f"{max(r['relerr'].values()):>9.1e}" if "relerr" in r else f"{'ERR':>9}")
+        )
     bad = [r["case"] for r in results.get("correctness", []) if not r["ok"]]
-    print(f"correctness: {len(results.get('correctness', [])) - len(bad)}/{len(results.get('correctness', []))} ok"
-          + (f"; FAILED: {', '.join(bad)}" if bad else ""))
+    print(
+        f"correctness: {len(results.get('correctness', [])) - len(bad)}/{len(results.get('correctness', []))} ok"
+        + (f"; FAILED: {', '.join(bad)}" if bad else "")
+    )
 
 
 def main():
@@ -293,6 +341,7 @@ def main():
         logf.flush()
 
     from kernels.gdpa.hopper import launch, unavailable
+
     if opts.kernels:
         launch.use_kernel_dir(opts.kernels)
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "unavailable": unavailable("cuda")}

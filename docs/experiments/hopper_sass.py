@@ -6,6 +6,7 @@ cubins, and report registers, spills and instruction mix per kernel (cuobjdump f
 FA4's own softmax kernels are compiled the same way for comparison (FA4's forward via its fake-tensor
 route; nothing here touches a compile cache FA4 later uses).
 """
+
 import os
 import re
 import shutil
@@ -24,8 +25,22 @@ import cutlass  # noqa: E402
 
 from kernels.gdpa.hopper import launch  # noqa: E402
 
-COUNT = ("MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "FFMA", "FMUL", "FADD", "FSEL", "FSETP", "FMNMX", "F2FP", "HGMMA",
-         "STL", "LDL", "SHFL")
+COUNT = (
+    "MUFU.TANH",
+    "MUFU.EX2",
+    "MUFU.RCP",
+    "FFMA",
+    "FMUL",
+    "FADD",
+    "FSEL",
+    "FSETP",
+    "FMNMX",
+    "F2FP",
+    "HGMMA",
+    "STL",
+    "LDL",
+    "SHFL",
+)
 
 
 def cuobjdump() -> str:
@@ -33,6 +48,7 @@ def cuobjdump() -> str:
     if found:
         return found
     import triton
+
     return str(Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump")
 
 
@@ -50,8 +66,11 @@ def report(tag: str) -> None:
             name = m.group(1)
             counts = {op: len(re.findall(rf"\b{re.escape(op)}\b", sass)) for op in COUNT}
             counts["WAIT0"] = sass.count("DEPBAR.LE gsb0, 0x0")  # wgmma waits: one per HGMMA = serialized
-            print(f"{tag:<28} {name[:60]:<60} REG {m.group(2)} STACK {m.group(3)} LOCAL {m.group(5)} "
-                  + " ".join(f"{k}={v}" for k, v in counts.items() if v), flush=True)
+            print(
+                f"{tag:<28} {name[:60]:<60} REG {m.group(2)} STACK {m.group(3)} LOCAL {m.group(5)} "
+                + " ".join(f"{k}={v}" for k, v in counts.items() if v),
+                flush=True,
+            )
     report.since = __import__("time").time()
 
 
@@ -65,6 +84,7 @@ def fa4_softmax() -> None:
     import torch
     from flash_attn.cute.interface import _flash_attn_bwd, _flash_attn_fwd
     from torch._subclasses.fake_tensor import FakeTensorMode
+
     with FakeTensorMode():
         q, k, v, o, do = (torch.empty(4096, 4, 128, dtype=torch.bfloat16, device="cuda") for _ in range(5))
         lse = torch.empty(4, 4096, dtype=torch.float32, device="cuda")

@@ -22,6 +22,7 @@ kv_offsets. `unsupported` refuses a causal call whose q and k row totals differ;
 cannot see unequal per-sequence lengths without reading the offsets (a host sync), so that case is the
 caller's contract (the harness's correctness gate would flag it).
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,10 +31,22 @@ INSTALL_HINT = "pip install -e '.[fa4]'"
 SUPPORTED_HEAD_DIMS = (64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # every name in kernels.activations.ACTIVATION_NAMES; kept literal so that this import stays cheap
-SUPPORTED_ACTIVATIONS = ("raw", "relu", "relu_square", "leaky_relu", "gelu", "gelu_tanh", "fast_gelu", "silu",
-                         "fast_silu", "hardswish")
-SM100_REASON = ("sm100 (Blackwell) not supported yet: the GDPA pointwise is written for FA4's sm90 kernels "
-                "(FA4's sm100 kernels need the same port; kernels/gdpa/hopper/NOTES.md)")
+SUPPORTED_ACTIVATIONS = (
+    "raw",
+    "relu",
+    "relu_square",
+    "leaky_relu",
+    "gelu",
+    "gelu_tanh",
+    "fast_gelu",
+    "silu",
+    "fast_silu",
+    "hardswish",
+)
+SM100_REASON = (
+    "sm100 (Blackwell) not supported yet: the GDPA pointwise is written for FA4's sm90 kernels "
+    "(FA4's sm100 kernels need the same port; kernels/gdpa/hopper/NOTES.md)"
+)
 
 _PACKAGE_REASON: list = []  # [reason or None] once flash-attn-4's import was tried
 _DEVICE_REASON: dict = {}
@@ -45,11 +58,15 @@ def _package_reason() -> str | None:
             import cutlass.cute  # noqa: F401 (lazy on purpose)
             import flash_attn.cute.flash_bwd_sm90
             import flash_attn.cute.flash_fwd_sm90  # noqa: F401
+
             reason = None
         except ImportError as exc:
             missing = (getattr(exc, "name", None) or "").split(".")[0]
-            reason = (f"flash-attn-4 not installed ({INSTALL_HINT})" if missing in ("flash_attn", "cutlass", "")
-                      else f"flash-attn-4 is installed but {missing} is missing: {exc} ({INSTALL_HINT})")
+            reason = (
+                f"flash-attn-4 not installed ({INSTALL_HINT})"
+                if missing in ("flash_attn", "cutlass", "")
+                else f"flash-attn-4 is installed but {missing} is missing: {exc} ({INSTALL_HINT})"
+            )
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
             reason = f"flash-attn-4 failed to import: {type(exc).__name__}: {first}"
@@ -97,24 +114,29 @@ def unsupported(q, k, v, activation: str, causal: bool) -> str | None:
     if activation not in SUPPORTED_ACTIVATIONS:
         return f"activation {activation!r} not supported; allowed: {', '.join(SUPPORTED_ACTIVATIONS)}"
     if causal and q.shape[0] != k.shape[0]:
-        return ("causal needs self-attention lengths (Lq == Lk per sequence); q and k row totals differ "
-                f"({q.shape[0]} vs {k.shape[0]})")
+        return (
+            "causal needs self-attention lengths (Lq == Lk per sequence); q and k row totals differ "
+            f"({q.shape[0]} vs {k.shape[0]})"
+        )
     return None
 
 
 def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
     """out [ΣLq, H, D] like q: qk_scale * act(alpha * Q K^T) V per sequence."""
     from kernels.gdpa.hopper import launch
-    return launch.forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-                          record=record)
+
+    return launch.forward(
+        q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=record
+    )
 
 
-def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-             record=None):
+def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
     """(dq, dk, dv) like (q, k, v)."""
     from kernels.gdpa.hopper import launch
-    return launch.backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale,
-                           causal, record=record)
+
+    return launch.backward(
+        do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=record
+    )
 
 
 __all__ = [

@@ -20,6 +20,7 @@ alpha > 0, raises -inf to `masked_floor` instead (one max per score, only in blo
 activation that has one returns P == G == 0 exactly there, without a select (tanh saturates to -1, erf to
 -1, 2^x overflows to inf, relu/hardswish clamp). raw and leaky_relu have none (act(-big) != 0) and select.
 """
+
 from __future__ import annotations
 
 import math
@@ -129,6 +130,7 @@ class Hardswish(Activation):
 
 class Gelu(Activation):
     """erf form."""
+
     name = "gelu"
 
     def forward_setup(self, alpha):
@@ -146,6 +148,7 @@ class Gelu(Activation):
 
 class GeluTanh(Activation):
     """0.5x(1 + tanh(y)), y = x(K0 + K1 x^2): exact tanh here, tanh.approx in FastGelu."""
+
     name = "gelu_tanh"
 
     def _tanh(self, y):
@@ -185,6 +188,7 @@ class FastGelu(GeluTanh):
 
 class Silu(Activation):
     """x*sigmoid(x), sigmoid = 1/(1 + 2^(-x log2 e)) (ex2.approx + rcp.approx: ~fp32 accurate)."""
+
     name = "silu"
 
     def forward_setup(self, alpha):
@@ -209,6 +213,7 @@ class Silu(Activation):
 
 class FastSilu(Activation):
     """x*(0.5 + 0.5*tanh(x/2)) with tanh.approx: act = (alpha/2)(s + s*tanh(alpha*s/2))."""
+
     name = "fast_silu"
 
     def forward_setup(self, alpha):

@@ -26,6 +26,7 @@ FA4's loop masks every block: FA4's key mask (-inf), then query rows past the se
 block of a sequence reads the next sequence's rows, or TMA zero fill) set to -inf, then -inf raised to the
 activation's `masked_floor`, where P and G come out exactly 0 without a select (activations.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -49,10 +50,19 @@ def f16x2_to_f32(pair, *, loc=None, ip=None):
     """The two fp16 halves of a 32-bit register as fp32 (low, high)."""
     halves = []
     for pick in ("lo", "hi"):
-        halves.append(Float32(llvm.inline_asm(
-            T.f32(), [Int32(pair).ir_value(loc=loc, ip=ip)],
-            f"{{ .reg .f16 lo, hi; mov.b32 {{lo, hi}}, $1; cvt.f32.f16 $0, {pick}; }}", "=f,r",
-            has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)))
+        halves.append(
+            Float32(
+                llvm.inline_asm(
+                    T.f32(),
+                    [Int32(pair).ir_value(loc=loc, ip=ip)],
+                    f"{{ .reg .f16 lo, hi; mov.b32 {{lo, hi}}, $1; cvt.f32.f16 $0, {pick}; }}",
+                    "=f,r",
+                    has_side_effects=False,
+                    is_align_stack=False,
+                    asm_dialect=llvm.AsmDialect.AD_ATT,
+                )
+            )
+        )
     return halves[0], halves[1]
 
 
@@ -62,21 +72,48 @@ def _fa4_mask_parts(mask_fn):
     mask = getattr(getattr(mask_fn, "func", None), "__self__", None)
     keywords = getattr(mask_fn, "keywords", {})
     if mask is None or "thr_mma" not in keywords or "n_block" not in keywords:
-        raise RuntimeError("GDPABackwardSm90: FA4's mask_fn is no longer partial(mask.apply_mask, n_block=..., "
-                           "thr_mma=...); this flash-attn-4 version is not supported")
+        raise RuntimeError(
+            "GDPABackwardSm90: FA4's mask_fn is no longer partial(mask.apply_mask, n_block=..., "
+            "thr_mma=...); this flash-attn-4 version is not supported"
+        )
     return mask, keywords["thr_mma"], keywords["n_block"]
 
 
 class GDPABackwardSm90(FlashAttentionBackwardSm90):
-
-    def __init__(self, dtype, head_dim: int, qhead_per_kvhead: int, *, activation: Activation, is_causal: bool,
-                 cfg, split_pointwise: bool = True):
-        super().__init__(dtype, head_dim, head_dim, qhead_per_kvhead, is_causal, is_local=False, deterministic=False,
-                         tile_m=cfg.m_block_size, tile_n=cfg.n_block_size, Q_stage=cfg.num_stages_Q,
-                         dO_stage=cfg.num_stages_dO, PdS_stage=cfg.num_stages_PdS, SdP_swapAB=cfg.SdP_swapAB,
-                         dKV_swapAB=cfg.dKV_swapAB, dQ_swapAB=cfg.dQ_swapAB, AtomLayoutMSdP=cfg.AtomLayoutMSdP,
-                         AtomLayoutNdKV=cfg.AtomLayoutNdKV, AtomLayoutMdQ=cfg.AtomLayoutMdQ,
-                         num_threads=(cfg.num_wg + 1) * 128, V_in_regs=False, dQ_single_wg=cfg.dQ_single_wg)
+    def __init__(
+        self,
+        dtype,
+        head_dim: int,
+        qhead_per_kvhead: int,
+        *,
+        activation: Activation,
+        is_causal: bool,
+        cfg,
+        split_pointwise: bool = True,
+    ):
+        super().__init__(
+            dtype,
+            head_dim,
+            head_dim,
+            qhead_per_kvhead,
+            is_causal,
+            is_local=False,
+            deterministic=False,
+            tile_m=cfg.m_block_size,
+            tile_n=cfg.n_block_size,
+            Q_stage=cfg.num_stages_Q,
+            dO_stage=cfg.num_stages_dO,
+            PdS_stage=cfg.num_stages_PdS,
+            SdP_swapAB=cfg.SdP_swapAB,
+            dKV_swapAB=cfg.dKV_swapAB,
+            dQ_swapAB=cfg.dQ_swapAB,
+            AtomLayoutMSdP=cfg.AtomLayoutMSdP,
+            AtomLayoutNdKV=cfg.AtomLayoutNdKV,
+            AtomLayoutMdQ=cfg.AtomLayoutMdQ,
+            num_threads=(cfg.num_wg + 1) * 128,
+            V_in_regs=False,
+            dQ_single_wg=cfg.dQ_single_wg,
+        )
         self.activation = activation
         self.split_pointwise = split_pointwise  # launch.backward_plan picks it by measurement
 
@@ -86,8 +123,9 @@ class GDPABackwardSm90(FlashAttentionBackwardSm90):
         crosses_end = ((m_block + 1) * self.tile_m > mask.seqlen_q) | ((n_block + 1) * self.tile_n > mask.seqlen_k)
         if const_expr(self.is_causal):
             # FA4's causal mask keeps key j for query i iff j <= i + seqlen_k - seqlen_q
-            crosses_end = crosses_end | ((n_block + 1) * self.tile_n - 1 > m_block * self.tile_m + mask.seqlen_k
-                                         - mask.seqlen_q)
+            crosses_end = crosses_end | (
+                (n_block + 1) * self.tile_n - 1 > m_block * self.tile_m + mask.seqlen_k - mask.seqlen_q
+            )
         return crosses_end
 
     @cute.jit
@@ -97,8 +135,9 @@ class GDPABackwardSm90(FlashAttentionBackwardSm90):
         if (m_block + 1) * self.tile_m > seqlen_q:
             shape = (self.tile_n, self.tile_m) if const_expr(self.SdP_swapAB) else (self.tile_m, self.tile_n)
             row_mode = 1 if const_expr(self.SdP_swapAB) else 0
-            coords = layout_utils.reshape_acc_to_mn(thr_mma.partition_C(cute.make_identity_tensor(shape)),
-                                                    transpose=self.SdP_swapAB)
+            coords = layout_utils.reshape_acc_to_mn(
+                thr_mma.partition_C(cute.make_identity_tensor(shape)), transpose=self.SdP_swapAB
+            )
             acc_S_mn = layout_utils.reshape_acc_to_mn(acc_S, transpose=self.SdP_swapAB)
             for r in cutlass.range_constexpr(cute.size(acc_S_mn, mode=[0])):
                 if coords[r, 0][row_mode] + m_block * self.tile_m >= seqlen_q:
@@ -257,12 +296,16 @@ class GDPABackwardSm90(FlashAttentionBackwardSm90):
             else:
                 mma_dsq_fn(tCrA=tdKrdS, B_idx=i_Q, zero_init=not dKV_accumulate, wg_wait=1)
             # dQ tile to shared memory for the dQ-reduce warp (bulk reduce-add into the fp32 accumulator)
-            cute.arch.barrier(barrier_id=int(NamedBarrierBwd.dQEmptyWG0) + warp_group_idx,
-                              number_of_threads=self.num_threads_per_warp_group + cute.arch.WARP_SIZE)
+            cute.arch.barrier(
+                barrier_id=int(NamedBarrierBwd.dQEmptyWG0) + warp_group_idx,
+                number_of_threads=self.num_threads_per_warp_group + cute.arch.WARP_SIZE,
+            )
             cute.autovec_copy(cute.make_tensor(acc_dQ.iterator, cute.make_layout(tdQsdQaccum.shape)), tdQsdQaccum)
             cute.arch.fence_view_async_shared()
-            cute.arch.barrier_arrive(barrier_id=int(NamedBarrierBwd.dQFullWG0) + warp_group_idx,
-                                     number_of_threads=self.num_threads_per_warp_group + cute.arch.WARP_SIZE)
+            cute.arch.barrier_arrive(
+                barrier_id=int(NamedBarrierBwd.dQFullWG0) + warp_group_idx,
+                number_of_threads=self.num_threads_per_warp_group + cute.arch.WARP_SIZE,
+            )
             warpgroup.wait_group(0)
             pipeline_Q.consumer_release(consumer_state_Q)
         else:

@@ -1,4 +1,5 @@
 """The primitive ops of kernels/gdpa/hopper/activations.py as CuTe-DSL device code (fp32 scalars)."""
+
 from __future__ import annotations
 
 import cutlass
@@ -11,9 +12,17 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 @dsl_user_op
 def tanh_approx(x, *, loc=None, ip=None) -> Float32:
     """tanh.approx.f32: one MUFU op, max relative error ~2^-11 (far below the bf16 rounding of P)."""
-    return Float32(llvm.inline_asm(T.f32(), [Float32(x).ir_value(loc=loc, ip=ip)], "tanh.approx.f32 $0, $1;",
-                                   "=f,f", has_side_effects=False, is_align_stack=False,
-                                   asm_dialect=llvm.AsmDialect.AD_ATT))
+    return Float32(
+        llvm.inline_asm(
+            T.f32(),
+            [Float32(x).ir_value(loc=loc, ip=ip)],
+            "tanh.approx.f32 $0, $1;",
+            "=f,f",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+        )
+    )
 
 
 class DeviceOps:

@@ -18,6 +18,7 @@ lines of pipeline code) cannot be subclassed around it, so `scores_object` swaps
 duration of our own compile and restores it after (launch.py holds a lock around it): FA4's own compiles
 never see it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,8 +79,9 @@ class GDPAScores:
         return new
 
     @cute.jit
-    def online_softmax(self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool] = False,
-                       check_inf: cutlass.Constexpr[bool] = True):
+    def online_softmax(
+        self, acc_S: cute.Tensor, is_first: cutlass.Constexpr[bool] = False, check_inf: cutlass.Constexpr[bool] = True
+    ):
         for i in cutlass.range_constexpr(cute.size(acc_S)):
             s = acc_S[i]
             if const_expr(self.masked):
@@ -139,11 +141,34 @@ def scores_object(activation: Activation):
 class GDPAForwardSm90(FlashAttentionForwardSm90):
     """FA4's sm90 forward; the overrides only tell GDPAScores whether FA4 masked the block at hand."""
 
-    def __init__(self, dtype, head_dim: int, qhead_per_kvhead: int, *, activation: Activation, is_causal: bool,
-                 pack_gqa: bool, tile_m: int, tile_n: int):
-        super().__init__(dtype, head_dim, head_dim, qhead_per_kvhead, is_causal=is_causal, is_local=False,
-                         pack_gqa=pack_gqa, tile_m=tile_m, tile_n=tile_n, num_stages=2, num_threads=384,
-                         Q_in_regs=False, intra_wg_overlap=True, mma_pv_is_rs=True)
+    def __init__(
+        self,
+        dtype,
+        head_dim: int,
+        qhead_per_kvhead: int,
+        *,
+        activation: Activation,
+        is_causal: bool,
+        pack_gqa: bool,
+        tile_m: int,
+        tile_n: int,
+    ):
+        super().__init__(
+            dtype,
+            head_dim,
+            head_dim,
+            qhead_per_kvhead,
+            is_causal=is_causal,
+            is_local=False,
+            pack_gqa=pack_gqa,
+            tile_m=tile_m,
+            tile_n=tile_n,
+            num_stages=2,
+            num_threads=384,
+            Q_in_regs=False,
+            intra_wg_overlap=True,
+            mma_pv_is_rs=True,
+        )
         self.activation = activation
 
     def first_half_block_overlap(self, *args, softmax, **kwargs):

@@ -9,6 +9,7 @@ softmax baseline compiles and runs exactly as it would without this package.
 No call path reads device memory back: lengths stay on the device, alpha and qk_scale reach the kernels as
 float launch arguments and cached constant fp32 tensors, never through a host sync.
 """
+
 from __future__ import annotations
 
 import functools
@@ -80,6 +81,7 @@ def use_kernel_dir(path) -> None:
 def _source_fingerprint() -> str:
     """What a stored kernel depends on besides its key: our sources and the versions we build on."""
     import flash_attn
+
     digest = hashlib.sha256(f"cutlass={cutlass.__version__} fa4={getattr(flash_attn, '__version__', '?')}".encode())
     for source in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + source.read_bytes())
@@ -138,19 +140,55 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
     cu_q, cu_k = _fake_i32_vector(b1), _fake_i32_vector(b1)
     qk_scale = make_fake_tensor(Float32, (h,), divisibility=1)
     cu_blocks = _fake_i32_vector(b1) if cfg.scheduler_hint else None
-    kernel = GDPAForwardSm90(dtype, head_dim, groups, activation=act, is_causal=causal, pack_gqa=cfg.pack_gqa,
-                             tile_m=cfg.tile_m, tile_n=cfg.tile_n)
+    kernel = GDPAForwardSm90(
+        dtype,
+        head_dim,
+        groups,
+        activation=act,
+        is_causal=causal,
+        pack_gqa=cfg.pack_gqa,
+        tile_m=cfg.tile_m,
+        tile_n=cfg.tile_n,
+    )
     with scores_object(act):
-        return cute.compile(kernel, q, k, v, o, None, Float32(1.0), cu_q, cu_k, None, None, None, None, None,
-                            qk_scale, None, AuxData(), cu_blocks, None, _fake_stream(),
-                            options="--enable-tvm-ffi")
+        return cute.compile(
+            kernel,
+            q,
+            k,
+            v,
+            o,
+            None,
+            Float32(1.0),
+            cu_q,
+            cu_k,
+            None,
+            None,
+            None,
+            None,
+            None,
+            qk_scale,
+            None,
+            AuxData(),
+            cu_blocks,
+            None,
+            _fake_stream(),
+            options="--enable-tvm-ffi",
+        )
 
 
 def _compile_tile_counts(tile: int, multiplier: int):
     b1 = cute.sym_int()
-    return cute.compile(CuSeqlensToBlocksKernel(tile=tile, seqlen_q_multiplier=multiplier),
-                        _fake_i32_vector(b1), None, _fake_i32_vector(b1), None, None, None, _fake_stream(),
-                        options="--enable-tvm-ffi")
+    return cute.compile(
+        CuSeqlensToBlocksKernel(tile=tile, seqlen_q_multiplier=multiplier),
+        _fake_i32_vector(b1),
+        None,
+        _fake_i32_vector(b1),
+        None,
+        None,
+        None,
+        _fake_stream(),
+        options="--enable-tvm-ffi",
+    )
 
 
 def _tile_counts_kernel(tile: int, multiplier: int):
@@ -216,19 +254,38 @@ def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk
         return out.zero_()
     fn, cfg, key = forward_kernel(q.dtype, head_dim, groups, activation, causal, batch)
     with torch.cuda.device(q.device):
-        cu_blocks = (_tile_counts(q_offsets, cfg.tile_m, groups if cfg.pack_gqa else 1)
-                     if cfg.scheduler_hint else None)
+        cu_blocks = _tile_counts(q_offsets, cfg.tile_m, groups if cfg.pack_gqa else 1) if cfg.scheduler_hint else None
         qk = _filled(q.device, (heads,), float(qk_scale))
-        fn(q, k, v, out, None, float(alpha), q_offsets, kv_offsets, None, None, None, None, None, qk, None,
-           AuxData(None, None), cu_blocks, None)
+        fn(
+            q,
+            k,
+            v,
+            out,
+            None,
+            float(alpha),
+            q_offsets,
+            kv_offsets,
+            None,
+            None,
+            None,
+            None,
+            None,
+            qk,
+            None,
+            AuxData(None, None),
+            cu_blocks,
+            None,
+        )
     if record is not None:
-        record["hopper_fwd"] = {"kernel": "GDPAForwardSm90 (FA4 FlashAttentionForwardSm90)",
-                                "tile": [cfg.tile_m, cfg.tile_n], "pack_gqa": cfg.pack_gqa,
-                                "scheduler": "FA4 SingleTileVarlenScheduler"
-                                             + (" + tile-count hint" if cfg.scheduler_hint else ""),
-                                "activation": activation, "compile_s": COMPILE_SECONDS.get(key, 0.0)}
+        record["hopper_fwd"] = {
+            "kernel": "GDPAForwardSm90 (FA4 FlashAttentionForwardSm90)",
+            "tile": [cfg.tile_m, cfg.tile_n],
+            "pack_gqa": cfg.pack_gqa,
+            "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if cfg.scheduler_hint else ""),
+            "activation": activation,
+            "compile_s": COMPILE_SECONDS.get(key, 0.0),
+        }
     return out
-
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -269,8 +326,7 @@ def _hdim_multiple(cfg: BwdConfig) -> int:
     return 64 if cfg.dKV_swapAB else 32
 
 
-def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal: bool, plan: BackwardPlan,
-                      hint: bool):
+def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal: bool, plan: BackwardPlan, hint: bool):
     act = activations.build(activation, DEVICE_OPS)
     sym = cute.sym_int
     total_q, total_k, h, b1 = sym(), sym(), sym(), sym()
@@ -286,50 +342,93 @@ def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal
     else:
         dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
     cu_q, cu_k = _fake_i32_vector(b1), _fake_i32_vector(b1)
-    kernel = GDPABackwardSm90(dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg,
-                              split_pointwise=plan.split)
-    return cute.compile(kernel, q, k, v, do, row_stats, row_stats, dq_accum, dk, dv, Float32(1.0), cu_q, cu_k,
-                        None, None, None, None, None, None, None, AuxData(), None,
-                        _fake_i32_vector(b1) if hint else None, _fake_stream(), options="--enable-tvm-ffi")
+    kernel = GDPABackwardSm90(
+        dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
+    )
+    return cute.compile(
+        kernel,
+        q,
+        k,
+        v,
+        do,
+        row_stats,
+        row_stats,
+        dq_accum,
+        dk,
+        dv,
+        Float32(1.0),
+        cu_q,
+        cu_k,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        AuxData(),
+        None,
+        _fake_i32_vector(b1) if hint else None,
+        _fake_stream(),
+        options="--enable-tvm-ffi",
+    )
 
 
-def _compile_postprocess(dtype, head_dim: int, tile: int, num_threads: int, atom_layout: int, swap_ab: bool,
-                         hdim_multiple: int, hint: bool):
+def _compile_postprocess(
+    dtype, head_dim: int, tile: int, num_threads: int, atom_layout: int, swap_ab: bool, hdim_multiple: int, hint: bool
+):
     sym = cute.sym_int
     total, h, accum, b1 = sym(), sym(), sym(), sym()
-    post = FlashAttentionBackwardPostprocess(dtype, head_dim, 90, tile, num_threads, atom_layout, swap_ab,
-                                             hdim_multiple_of=hdim_multiple)
-    return cute.compile(post, make_fake_tensor(Float32, (h, accum), divisibility=4),
-                        make_fake_tensor(dtype, (total, h, head_dim), divisibility=128 // dtype.width),
-                        Float32(1.0), _fake_i32_vector(b1), None, None, _fake_i32_vector(b1) if hint else None,
-                        _fake_stream(), options="--enable-tvm-ffi")
+    post = FlashAttentionBackwardPostprocess(
+        dtype, head_dim, 90, tile, num_threads, atom_layout, swap_ab, hdim_multiple_of=hdim_multiple
+    )
+    return cute.compile(
+        post,
+        make_fake_tensor(Float32, (h, accum), divisibility=4),
+        make_fake_tensor(dtype, (total, h, head_dim), divisibility=128 // dtype.width),
+        Float32(1.0),
+        _fake_i32_vector(b1),
+        None,
+        None,
+        _fake_i32_vector(b1) if hint else None,
+        _fake_stream(),
+        options="--enable-tvm-ffi",
+    )
 
 
 def _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint):
     key = ("post", dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint)
-    return _compiled(key, lambda: _compile_postprocess(dtype, head_dim, tile, num_threads, atom_layout, swap_ab,
-                                                       hdim_multiple, hint)), key
+    return _compiled(
+        key, lambda: _compile_postprocess(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint)
+    ), key
 
 
-def _postprocess(accum, out, scale, offsets, dtype, head_dim, tile, num_threads, atom_layout, swap_ab,
-                 hdim_multiple, cu_blocks):
-    fn = _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple,
-                             cu_blocks is not None)[0]
+def _postprocess(
+    accum, out, scale, offsets, dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, cu_blocks
+):
+    fn = _postprocess_kernel(
+        dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, cu_blocks is not None
+    )[0]
     fn(accum, out, float(scale), offsets, None, None, cu_blocks)
 
 
-def backward_kernel(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int,
-                    max_q: int, max_kv: int):
+def backward_kernel(
+    dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int, max_q: int, max_kv: int
+):
     """(compiled backward main kernel, its plan, its cache key); compiles on first use."""
     plan, cdtype = backward_plan(head_dim, bool(causal), max_q, max_kv), TORCH_TO_CUTE[dtype]
     hint = batch > SCHEDULER_HINT_MIN_BATCH
     key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), plan, hint)
-    return (_compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint)),
-            plan, key)
+    return (
+        _compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint)),
+        plan,
+        key,
+    )
 
 
-def prebuild(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int,
-             max_q: int, max_kv: int) -> list:
+def prebuild(
+    dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int, max_q: int, max_kv: int
+) -> list:
     """Compile (or load) every kernel a forward + backward call with these arguments launches, without
     running anything: no GPU needed. Returns the cache keys."""
     keys = [forward_kernel(dtype, head_dim, groups, activation, causal, batch)[2]]
@@ -343,8 +442,11 @@ def prebuild(dtype: torch.dtype, head_dim: int, groups: int, activation: str, ca
         keys.append(_postprocess_kernel(cdtype, head_dim, tile, threads, atom, swap, mult, hint)[1])
     if hint:
         fcfg = forward_config(head_dim, groups, batch)
-        for tile, mult_q in ((fcfg.tile_m, groups if fcfg.pack_gqa else 1), (cfg.m_block_size, 1),
-                             (cfg.n_block_size, 1)):
+        for tile, mult_q in (
+            (fcfg.tile_m, groups if fcfg.pack_gqa else 1),
+            (cfg.m_block_size, 1),
+            (cfg.n_block_size, 1),
+        ):
             keys.append(_tile_counts_kernel(tile, mult_q)[1])
     return keys
 
@@ -354,8 +456,9 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
     if alpha < 0:
         # the backward's masking (activations.MASKED_FLOOR) needs alpha > 0: act(alpha*(q.k)) with alpha < 0
         # is act(|alpha| * ((-q).k)), and dL/dq = -dL/d(-q)
-        dq, dk, dv = backward(do, -q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, -alpha, qk_scale,
-                              causal, record)
+        dq, dk, dv = backward(
+            do, -q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, -alpha, qk_scale, causal, record
+        )
         return dq.neg_(), dk, dv
     dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
     batch, heads, head_dim = q_offsets.shape[0] - 1, q.shape[1], q.shape[2]
@@ -386,21 +489,71 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
         # FA4 scales dK by its softmax_scale in the epilogue and dQ in the postprocess: alpha * qk_scale
         # there, so the pointwise computes dS without either
         grad_scale = float(alpha) * float(qk_scale)
-        fn(q, k, v, do, alpha_rows, qk_rows, dq_accum, dk_out, dv_out, grad_scale, q_offsets, kv_offsets,
-           None, None, None, None, None, None, None, AuxData(None, None), None, cu_blocks_k)
+        fn(
+            q,
+            k,
+            v,
+            do,
+            alpha_rows,
+            qk_rows,
+            dq_accum,
+            dk_out,
+            dv_out,
+            grad_scale,
+            q_offsets,
+            kv_offsets,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            AuxData(None, None),
+            None,
+            cu_blocks_k,
+        )
         post_threads = 128 if cfg.dQ_single_wg else cfg.num_wg * 128
-        _postprocess(dq_accum, dq, grad_scale, q_offsets, dtype, head_dim, tile_m, post_threads, cfg.AtomLayoutMdQ,
-                     cfg.dQ_swapAB, mult, cu_blocks_q)
+        _postprocess(
+            dq_accum,
+            dq,
+            grad_scale,
+            q_offsets,
+            dtype,
+            head_dim,
+            tile_m,
+            post_threads,
+            cfg.AtomLayoutMdQ,
+            cfg.dQ_swapAB,
+            mult,
+            cu_blocks_q,
+        )
         if groups > 1:
             for accum, out, scale in ((dk_out, dk, grad_scale), (dv_out, dv, 1.0)):
-                _postprocess(accum, out, scale, kv_offsets, dtype, head_dim, tile_n, cfg.num_wg * 128,
-                             cfg.AtomLayoutNdKV, cfg.dKV_swapAB, mult, cu_blocks_k)
+                _postprocess(
+                    accum,
+                    out,
+                    scale,
+                    kv_offsets,
+                    dtype,
+                    head_dim,
+                    tile_n,
+                    cfg.num_wg * 128,
+                    cfg.AtomLayoutNdKV,
+                    cfg.dKV_swapAB,
+                    mult,
+                    cu_blocks_k,
+                )
     if record is not None:
-        record["hopper_bwd"] = {"kernel": "GDPABackwardSm90 (FA4 FlashAttentionBackwardSm90) + FA4 dQ postprocess",
-                                "tile": [tile_m, tile_n], "pointwise": "split" if plan.split else "fused",
-                                "gqa_accumulators": groups > 1,
-                                "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if hint else ""),
-                                "activation": activation, "compile_s": COMPILE_SECONDS.get(key, 0.0)}
+        record["hopper_bwd"] = {
+            "kernel": "GDPABackwardSm90 (FA4 FlashAttentionBackwardSm90) + FA4 dQ postprocess",
+            "tile": [tile_m, tile_n],
+            "pointwise": "split" if plan.split else "fused",
+            "gqa_accumulators": groups > 1,
+            "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if hint else ""),
+            "activation": activation,
+            "compile_s": COMPILE_SECONDS.get(key, 0.0),
+        }
     return dq, dk, dv
 
 
