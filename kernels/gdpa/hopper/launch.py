@@ -1,10 +1,7 @@
-"""Launching the Hopper GDPA kernels: configuration, our own compile cache, tensor plumbing.
+"""Launching the Hopper GDPA kernels: configuration, compile keys, tensor plumbing.
 
 Kernels are compiled once per key (everything that changes the generated code: pass, dtype, head dim,
-activation, causal, GQA ratio, tiles, scheduler hint) against symbolic ("fake") CuTe tensors, so one
-compiled kernel serves every batch shape, and compiling needs no GPU (CUTE_DSL_ARCH=sm_90a cross-compiles).
-The cache is ours: FA4's `_flash_attn_fwd/_bwd.compile_cache` are never read or written, so the `fa4`
-softmax baseline compiles and runs exactly as it would without this package.
+activation, causal, GQA ratio, tiles, scheduler hint) through our own cache (cache.py), never FA4's.
 
 No call path reads device memory back: lengths stay on the device, alpha and qk_scale reach the kernels as
 float launch arguments and cached constant fp32 tensors, never through a host sync.
@@ -12,20 +9,13 @@ float launch arguments and cached constant fp32 tensors, never through a host sy
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import os
-import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass import Float32, Int32
-from flash_attn.cute.cu_blocks_kernel import CuSeqlensToBlocksKernel
+from cutlass import Float32
 from flash_attn.cute.flash_bwd_postprocess import FlashAttentionBackwardPostprocess
 from flash_attn.cute.interface import BwdConfig, _tile_size_bwd_sm90
 from flash_attn.cute.utils import AuxData
@@ -33,8 +23,17 @@ from quack.compile_utils import make_fake_tensor
 
 from kernels.gdpa.hopper import activations
 from kernels.gdpa.hopper.bwd import GDPABackwardSm90
+from kernels.gdpa.hopper.cache import (
+    COMPILE_SECONDS,
+    compiled,
+    compiled_keys,
+    fake_i32_vector,
+    fake_stream,
+    use_kernel_dir,
+)
 from kernels.gdpa.hopper.device_ops import DEVICE_OPS
 from kernels.gdpa.hopper.fwd import GDPAForwardSm90, scores_object
+from kernels.gdpa.hopper.scheduler import tile_counts, tile_counts_kernel
 
 TORCH_TO_CUTE = {torch.float16: cutlass.Float16, torch.bfloat16: cutlass.BFloat16}
 # outputs are allocated through this name so tests can poison them (an element the kernels miss then shows)
@@ -58,77 +57,6 @@ def forward_config(head_dim: int, groups: int, batch: int) -> ForwardConfig:
     return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# compile cache
-# ----------------------------------------------------------------------------------------------------------
-_COMPILED: dict = {}
-_COMPILE_LOCK = threading.Lock()
-COMPILE_SECONDS: dict = {}  # key -> seconds spent compiling it (0.0 when loaded from the kernel directory)
-_KERNEL_DIR: list = []  # [Path] once use_kernel_dir() was called
-
-
-def use_kernel_dir(path) -> None:
-    """Keep compiled kernels as object files in `path`: each kernel is loaded from there when present
-    and exported there after compiling. Kernels compile without a GPU (CUTE_DSL_ARCH=sm_90a), so a
-    directory filled on any machine with the same flash-attn-4 / nvidia-cutlass-dsl (and libs-cu13) versions
-    and this package's sources serves a GPU machine without compiling there."""
-    directory = Path(path)
-    directory.mkdir(parents=True, exist_ok=True)
-    _KERNEL_DIR[:] = [directory]
-
-
-@functools.cache
-def _source_fingerprint() -> str:
-    """What a stored kernel depends on besides its key: our sources and the versions we build on."""
-    import flash_attn
-
-    digest = hashlib.sha256(f"cutlass={cutlass.__version__} fa4={getattr(flash_attn, '__version__', '?')}".encode())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(source.name.encode() + source.read_bytes())
-    return digest.hexdigest()
-
-
-def _stored_path(key) -> Path | None:
-    if not _KERNEL_DIR:
-        return None
-    name = hashlib.sha256((_source_fingerprint() + repr(key)).encode()).hexdigest()[:32]
-    return _KERNEL_DIR[0] / f"{name}.o"
-
-
-def _compiled(key, build):
-    fn = _COMPILED.get(key)
-    if fn is None:
-        with _COMPILE_LOCK:
-            fn = _COMPILED.get(key)
-            if fn is None:
-                start = time.perf_counter()
-                stored = _stored_path(key)
-                if stored is not None and stored.exists():
-                    fn = cute.runtime.load_module(str(stored), enable_tvm_ffi=True).func
-                    start = None
-                else:
-                    fn = build()
-                    if stored is not None:
-                        tmp = stored.with_suffix(f".{os.getpid()}.tmp")
-                        fn.export_to_c(object_file_path=str(tmp), function_name="func")
-                        os.replace(tmp, stored)
-                COMPILE_SECONDS[key] = 0.0 if start is None else round(time.perf_counter() - start, 2)
-                _COMPILED[key] = fn
-    return fn
-
-
-def compiled_keys() -> list:
-    return list(_COMPILED)
-
-
-def _fake_stream():
-    return cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-
-
-def _fake_i32_vector(n):
-    return make_fake_tensor(Int32, (n,), divisibility=1)
-
-
 def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal: bool, cfg: ForwardConfig):
     act = activations.build(activation, DEVICE_OPS)
     sym = cute.sym_int
@@ -137,9 +65,9 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
     div = 128 // dtype.width
     q, o = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
     k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
-    cu_q, cu_k = _fake_i32_vector(b1), _fake_i32_vector(b1)
+    cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
     qk_scale = make_fake_tensor(Float32, (h,), divisibility=1)
-    cu_blocks = _fake_i32_vector(b1) if cfg.scheduler_hint else None
+    cu_blocks = fake_i32_vector(b1) if cfg.scheduler_hint else None
     kernel = GDPAForwardSm90(
         dtype,
         head_dim,
@@ -171,37 +99,9 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
             AuxData(),
             cu_blocks,
             None,
-            _fake_stream(),
+            fake_stream(),
             options="--enable-tvm-ffi",
         )
-
-
-def _compile_tile_counts(tile: int, multiplier: int):
-    b1 = cute.sym_int()
-    return cute.compile(
-        CuSeqlensToBlocksKernel(tile=tile, seqlen_q_multiplier=multiplier),
-        _fake_i32_vector(b1),
-        None,
-        _fake_i32_vector(b1),
-        None,
-        None,
-        None,
-        _fake_stream(),
-        options="--enable-tvm-ffi",
-    )
-
-
-def _tile_counts_kernel(tile: int, multiplier: int):
-    key = ("tile_counts", tile, multiplier)
-    return _compiled(key, lambda: _compile_tile_counts(tile, multiplier)), key
-
-
-def _tile_counts(offsets: torch.Tensor, tile: int, multiplier: int = 1) -> torch.Tensor:
-    """Cumulative per-sequence tile counts [B+1] (int32, on the device), computed on the device."""
-    fn = _tile_counts_kernel(tile, multiplier)[0]
-    out = torch.empty_like(offsets)
-    fn(out, None, offsets, None, None, None)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -241,7 +141,7 @@ def forward_kernel(dtype: torch.dtype, head_dim: int, groups: int, activation: s
     """(compiled forward, its config, its cache key) for these arguments; compiles on first use."""
     cfg, cdtype = forward_config(head_dim, groups, batch), TORCH_TO_CUTE[dtype]
     key = ("fwd", cdtype, head_dim, groups, activation, bool(causal), cfg)
-    return _compiled(key, lambda: _compile_forward(cdtype, head_dim, groups, activation, bool(causal), cfg)), cfg, key
+    return compiled(key, lambda: _compile_forward(cdtype, head_dim, groups, activation, bool(causal), cfg)), cfg, key
 
 
 def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
@@ -254,7 +154,7 @@ def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk
         return out.zero_()
     fn, cfg, key = forward_kernel(q.dtype, head_dim, groups, activation, causal, batch)
     with torch.cuda.device(q.device):
-        cu_blocks = _tile_counts(q_offsets, cfg.tile_m, groups if cfg.pack_gqa else 1) if cfg.scheduler_hint else None
+        cu_blocks = tile_counts(q_offsets, cfg.tile_m, groups if cfg.pack_gqa else 1) if cfg.scheduler_hint else None
         qk = _filled(q.device, (heads,), float(qk_scale))
         fn(
             q,
@@ -341,7 +241,7 @@ def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal
         dk, dv = (make_fake_tensor(Float32, (h_kv, k_accum), divisibility=4) for _ in range(2))
     else:
         dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
-    cu_q, cu_k = _fake_i32_vector(b1), _fake_i32_vector(b1)
+    cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
     kernel = GDPABackwardSm90(
         dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
     )
@@ -368,8 +268,8 @@ def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal
         None,
         AuxData(),
         None,
-        _fake_i32_vector(b1) if hint else None,
-        _fake_stream(),
+        fake_i32_vector(b1) if hint else None,
+        fake_stream(),
         options="--enable-tvm-ffi",
     )
 
@@ -387,18 +287,18 @@ def _compile_postprocess(
         make_fake_tensor(Float32, (h, accum), divisibility=4),
         make_fake_tensor(dtype, (total, h, head_dim), divisibility=128 // dtype.width),
         Float32(1.0),
-        _fake_i32_vector(b1),
+        fake_i32_vector(b1),
         None,
         None,
-        _fake_i32_vector(b1) if hint else None,
-        _fake_stream(),
+        fake_i32_vector(b1) if hint else None,
+        fake_stream(),
         options="--enable-tvm-ffi",
     )
 
 
 def _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint):
     key = ("post", dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint)
-    return _compiled(
+    return compiled(
         key, lambda: _compile_postprocess(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint)
     ), key
 
@@ -420,7 +320,7 @@ def backward_kernel(
     hint = batch > SCHEDULER_HINT_MIN_BATCH
     key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), plan, hint)
     return (
-        _compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint)),
+        compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint)),
         plan,
         key,
     )
@@ -447,7 +347,7 @@ def prebuild(
             (cfg.m_block_size, 1),
             (cfg.n_block_size, 1),
         ):
-            keys.append(_tile_counts_kernel(tile, mult_q)[1])
+            keys.append(tile_counts_kernel(tile, mult_q)[1])
     return keys
 
 
@@ -484,8 +384,8 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
             dv_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
         else:
             dk_out, dv_out = dk, dv
-        cu_blocks_q = _tile_counts(q_offsets, tile_m) if hint else None
-        cu_blocks_k = _tile_counts(kv_offsets, tile_n) if hint else None
+        cu_blocks_q = tile_counts(q_offsets, tile_m) if hint else None
+        cu_blocks_k = tile_counts(kv_offsets, tile_n) if hint else None
         # FA4 scales dK by its softmax_scale in the epilogue and dQ in the postprocess: alpha * qk_scale
         # there, so the pointwise computes dS without either
         grad_scale = float(alpha) * float(qk_scale)
