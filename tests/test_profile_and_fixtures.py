@@ -73,10 +73,10 @@ def test_real_h200_baseline_renders(tmp_path):
     (run / "results.json").write_text(json.dumps(data))
     _, cases, _ = load_run(run)
     ok = cases[cases["status"] == "ok"]
-    assert len(ok) == 18 and (ok["tflops"] > 10).all()
+    assert len(ok) == 30 and (ok["tflops"] > 10).all()  # configs/ci.yaml: 2 shapes x 3 modes x 5 providers
     paths = render_report(run)
     html = Path(paths["html"]).read_text()
-    assert "gdpa_triton" in html and "data:image/png;base64," in html
+    assert all(p in html for p in ("gdpa_triton", "gdpa_hopper")) and "data:image/png;base64," in html
 
 
 def test_committed_example_report_is_complete():
