@@ -80,6 +80,13 @@ def test_unavailable_is_cached_per_device(monkeypatch):
     assert len(calls) == 1
 
 
+def _call(q, k, v, activation="fast_gelu", causal=False):
+    from kernels.gdpa.call import GDPACall
+
+    offsets = torch.zeros(2, dtype=torch.int32)
+    return GDPACall(q, k, v, offsets, offsets, q.shape[0], k.shape[0], activation, 1.0, 1.0, causal)
+
+
 @pytest.mark.parametrize(
     ("change", "expect"),
     [
@@ -98,14 +105,14 @@ def test_unavailable_is_cached_per_device(monkeypatch):
 )
 def test_unsupported(change, expect):
     q, k, v = _qkv(**{n: change[n] for n in ("dtype", "d", "hkv", "krows") if n in change})
-    reason = hopper.unsupported(q, k, v, change.get("activation", "fast_gelu"), change.get("causal", False))
+    reason = hopper.unsupported(_call(q, k, v, change.get("activation", "fast_gelu"), change.get("causal", False)))
     assert reason is None if expect is None else reason.startswith(expect), reason
 
 
 def test_unsupported_mixed_dtypes_and_head_dims():
     q, k, v = _qkv()
-    assert hopper.unsupported(q, k.half(), v, "relu", False) == "q, k and v must share one dtype"
-    assert hopper.unsupported(q, k[..., :64], v[..., :64], "relu", False) == "q, k and v must share one head dim"
+    assert hopper.unsupported(_call(q, k.half(), v, "relu")) == "q, k and v must share one dtype"
+    assert hopper.unsupported(_call(q, k[..., :64], v[..., :64], "relu")) == "q, k and v must share one head dim"
 
 
 # ------------------------------------------------------------------------------- activation math (torch)
@@ -257,16 +264,24 @@ def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, 
     batch = _batch(q_lengths, kv, h, hkv, d, dtype, seed=3)
     spec = CaseSpec(mode="bwd", activation=activation, alpha=alpha, qk_scale=qk, causal=causal)
     ref_out, ref_grads = reference_outputs(batch, spec, "gdpa", dtype=torch.float32, grads=True)
-    args = (batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv, activation, alpha, qk, causal)
+    call = _batch_call(batch, batch.max_q, batch.max_kv, activation, alpha, qk, causal)
     record = {}
-    out = launch.forward(batch.q, batch.k, batch.v, *args, record=record)
-    grads = launch.backward(batch.dout, batch.q, batch.k, batch.v, *args, record=record)
+    out = launch.forward(call, record=record)
+    grads = launch.backward(call, batch.dout, record=record)
     tol = 3e-3 if dtype == torch.bfloat16 else 1e-3
     for name, got, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref_out, *ref_grads), strict=True):
         assert _relerr(got, ref) <= tol, name
     assert record["hopper_fwd"]["tile"] and record["hopper_bwd"]["activation"] == activation
     expect = "fused" if d == 64 or long_q else "split"
     assert record["hopper_bwd"]["pointwise"] == expect
+
+
+def _batch_call(batch, max_q, max_kv, activation, alpha, qk, causal):
+    from kernels.gdpa.call import GDPACall
+
+    return GDPACall(
+        batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, max_q, max_kv, activation, alpha, qk, causal
+    )
 
 
 @gpu
@@ -282,13 +297,13 @@ def test_scheduler_hint_batch_and_empty_inputs(poisoned):
     batch = _batch(lq, lk, 4, 4, 128, torch.bfloat16, seed=5)
     spec = CaseSpec(mode="bwd", activation="fast_gelu")
     ref_out, ref_grads = reference_outputs(batch, spec, "gdpa", dtype=torch.float32, grads=True)
-    args = (batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv, "fast_gelu", 1.0, 1.0, False)
-    out = launch.forward(batch.q, batch.k, batch.v, *args)
-    grads = launch.backward(batch.dout, batch.q, batch.k, batch.v, *args)
+    call = _batch_call(batch, batch.max_q, batch.max_kv, "fast_gelu", 1.0, 1.0, False)
+    out = launch.forward(call)
+    grads = launch.backward(call, batch.dout)
     for got, ref in zip((out, *grads), (ref_out, *ref_grads), strict=True):
         assert _relerr(got, ref) <= 3e-3
     empty = _batch([0, 5], [0, 0], 2, 2, 64, torch.bfloat16, seed=1)  # queries, no keys anywhere
-    args = (empty.q_offsets, empty.kv_offsets, 5, 0, "silu", 1.0, 1.0, False)
-    assert torch.equal(launch.forward(empty.q, empty.k, empty.v, *args), torch.zeros_like(empty.q))
-    dq, dk, dv = launch.backward(empty.dout, empty.q, empty.k, empty.v, *args)
+    call = _batch_call(empty, 5, 0, "silu", 1.0, 1.0, False)
+    assert torch.equal(launch.forward(call), torch.zeros_like(empty.q))
+    dq, dk, dv = launch.backward(call, empty.dout)
     assert torch.equal(dq, torch.zeros_like(dq)) and dk.numel() == dv.numel() == 0

@@ -388,8 +388,10 @@ def test_provider_reports_what_its_kernels_ran_with(name, mode, kernels):
     assert set(got["dispatch"]) == passes and all(d["backend"] == "triton" for d in got["dispatch"].values())
     if name == "gdpa_triton":
         assert got["dispatch"]["fwd"]["reason"] == "triton: backend='triton' requested"
-    else:  # auto on CPU: the Hopper backend cannot run here, and the record says why
-        assert got["dispatch"]["fwd"]["reason"].startswith("triton: hopper unavailable: ")
+    else:  # auto: short sequences are Triton's by the table; the backward says why Hopper cannot run here
+        assert got["dispatch"]["fwd"]["reason"].startswith("triton: preferred for [0, inf)")
+        if mode == "bwd":
+            assert got["dispatch"]["bwd"]["reason"].startswith("triton: hopper unavailable: ")
 
 
 def test_provider_pins_tiles_from_its_options():
@@ -401,6 +403,8 @@ def test_provider_pins_tiles_from_its_options():
         "fwd_tiles": [32, 16, 4, 1],
         "dkdv_tiles": None,
         "dq_tiles": [16, 32, 2, 1],
+        "fwd_plan": None,
+        "bwd_plan": None,
     }
     b = make_batch([5, 40], [7, 20], H=2, D=16, dtype=torch.float32, seed=0)
     provider.build(b, CaseSpec(), "fwd_bwd")()
@@ -420,10 +424,15 @@ def test_autotune_key_tells_a_half_filled_batch_from_a_full_one():
     """Keyed on max length alone, the first batch of a max length chose the tiles for every later one
     (two shards running cases in different orders then timed different configs: 6% apart)."""
     from kernels.gdpa import bwd, fwd
+    from kernels.gdpa.bands import WHOLE, Band
+    from kernels.gdpa.call import GDPACall
     from kernels.gdpa.launch import TUNING_KEY, tuning_key
 
     full, half = make_batch([512] * 8, [512] * 8, H=2, D=16), make_batch([256] * 8, [512] * 8, H=2, D=16)
-    assert tuning_key(full.q, full.k, 512, 512) != tuning_key(half.q, half.k, 512, 512)
-    assert set(tuning_key(full.q, full.k, 512, 512)) == set(TUNING_KEY)
+    call = lambda b: GDPACall(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, 512, 512)
+    assert tuning_key(call(full), WHOLE) != tuning_key(call(half), WHOLE)
+    assert set(tuning_key(call(full), WHOLE)) == set(TUNING_KEY)
+    # a launch over one band of short sequences tunes apart from the whole batch
+    assert tuning_key(call(full), Band(0, 128)) != tuning_key(call(full), WHOLE)
     for tuned in (fwd.gdpa_fwd_kernel_tuned, bwd.gdpa_bwd_dkdv_kernel_tuned, bwd.gdpa_bwd_dq_kernel_tuned):
         assert set(TUNING_KEY) <= set(tuned.keys)

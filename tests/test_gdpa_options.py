@@ -1,5 +1,6 @@
-"""Provider options contract (kernels/registry.py) and the GDPA op's options, backend dispatch, and
-that a default call never reads device memory back (CPU, Triton interpreter)."""
+"""Provider options contract (kernels/registry.py) and the GDPA op's options, its backend table and
+length-band plans (kernels/gdpa/backends.py, plan.py), and that a default call never reads device memory
+back (CPU, Triton interpreter)."""
 
 import contextlib
 import dataclasses
@@ -10,7 +11,10 @@ import types
 import pytest
 import torch
 
-from kernels.gdpa import GDPAOptions, dispatch, gdpa
+from kernels.gdpa import GDPAOptions, backends, gdpa
+from kernels.gdpa.bands import WHOLE, Band
+from kernels.gdpa.call import GDPACall
+from kernels.gdpa.plan import Stage, plan
 from kernels.registry import CaseSpec, Provider, get_provider
 from workloads import make_batch
 
@@ -50,7 +54,15 @@ def test_parse_options_runs_once_at_construction():
 def test_options_default_and_round_trip():
     opts = GDPAOptions()
     assert (opts.backend, opts.fwd_tiles, opts.dkdv_tiles, opts.dq_tiles) == ("auto", None, None, None)
-    d = {"backend": "triton", "fwd_tiles": [128, 32, 8, 3, 128], "dkdv_tiles": None, "dq_tiles": [64, 32, 4, 3]}
+    assert (opts.fwd_plan, opts.bwd_plan) == (None, None)
+    d = {
+        "backend": "triton",
+        "fwd_tiles": [128, 32, 8, 3, 128],
+        "dkdv_tiles": None,
+        "dq_tiles": [64, 32, 4, 3],
+        "fwd_plan": None,
+        "bwd_plan": None,
+    }
     opts = GDPAOptions.from_dict(d)
     assert opts.fwd_tiles == (128, 32, 8, 3, 128) and opts.to_dict() == d
     assert GDPAOptions.from_dict(opts.to_dict()) == opts
@@ -59,7 +71,13 @@ def test_options_default_and_round_trip():
         "fwd_tiles": [64, 32, 4, 1],
         "dkdv_tiles": None,
         "dq_tiles": None,
+        "fwd_plan": None,
+        "bwd_plan": None,
     }
+    planned = GDPAOptions.from_dict({"fwd_plan": [["triton", 0, 128], {"backend": "hopper", "lo": 128}]})
+    assert planned.fwd_plan == (("triton", 0, 128), ("hopper", 128, None))
+    assert planned.to_dict()["fwd_plan"] == [["triton", 0, 128], ["hopper", 128, None]]
+    assert GDPAOptions.from_dict(planned.to_dict()) == planned
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.backend = "auto"  # frozen: built once, shared by every call
 
@@ -67,8 +85,11 @@ def test_options_default_and_round_trip():
 @pytest.mark.parametrize(
     "options,message",
     [
-        ({"fwd_tile": [64, 32, 4, 1]}, "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles"),
-        ({"backend": "cuda"}, "backend: expected one of auto, triton, hopper, got 'cuda'"),
+        (
+            {"fwd_tile": [64, 32, 4, 1]},
+            "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles, fwd_plan, bwd_plan",
+        ),
+        ({"backend": "cuda"}, "backend: expected one of auto, hopper, triton, got 'cuda'"),
         (
             {"fwd_tiles": [128, 64, 8]},
             "fwd_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got [128, 64, 8]",
@@ -87,6 +108,19 @@ def test_options_default_and_round_trip():
         ({"fwd_tiles": [128, 64, 8, 0]}, "fwd_tiles: num_stages must be >= 1, got 0"),
         ({"fwd_tiles": [128, 64, 8, 3, -1]}, "fwd_tiles: maxnreg must be >= 0"),
         ([("backend", "auto")], "options: expected a mapping with keys backend, fwd_tiles, dkdv_tiles, dq_tiles"),
+        ({"fwd_plan": [["triton", 0, 128]]}, "fwd_plan: expected a list of [backend, lo, hi] (hi null = no bound)"),
+        ({"bwd_plan": [["triton", 5, None]]}, "bwd_plan: expected a list of [backend, lo, hi]"),
+        ({"fwd_plan": []}, "fwd_plan: expected a list of [backend, lo, hi]"),
+        ({"fwd_plan": "triton"}, "fwd_plan: expected a list of [backend, lo, hi]"),
+        ({"fwd_plan": [["triton", 0, 100], ["hopper", 128, None]]}, "fwd_plan: bands must meet end to start"),
+        ({"fwd_plan": [["cuda", 0, None]]}, "fwd_plan: backend 'cuda'; allowed: hopper, triton"),
+        ({"fwd_plan": [["triton", 0, 0], ["triton", 0, None]]}, "fwd_plan: band hi must be an integer > lo (0)"),
+        ({"fwd_plan": [["triton", False, None]]}, "fwd_plan: expected a list of [backend, lo, hi]"),
+        ({"fwd_plan": [{"backend": "triton", "top": 3}]}, "fwd_plan: unknown key 'top'; allowed: backend, lo, hi"),
+        (
+            {"backend": "triton", "fwd_plan": [["triton", 0, None]]},
+            "fwd_plan: pins the backends itself; leave backend at 'auto' (got 'triton')",
+        ),
     ],
 )
 def test_bad_options_raise_one_line(options, message):
@@ -111,47 +145,82 @@ def test_gdpa_providers_parse_their_options_once_with_their_backend():
         get_provider("gdpa", {"schedule": "compact"})
 
 
-# --------------------------------------------------------------------------------------- dispatch
+# ------------------------------------------------------------------------- backend table and plans
 def _batch(q_len=(5, 0, 9), kv_len=(7, 3, 4), **kw):
     return make_batch(list(q_len), list(kv_len), H=4, Hkv=2, D=16, dtype=torch.float32, seed=1, **kw)
 
 
-def test_hopper_backend_on_cpu_is_a_one_line_error_and_auto_picks_triton_with_the_reason():
+def _call(b, max_q=None, max_kv=None, self_attention=False, **math):
+    kv_offsets = b.q_offsets if self_attention else b.kv_offsets
+    return GDPACall(
+        b.q, b.k, b.v, b.q_offsets, kv_offsets, b.max_q if max_q is None else max_q,
+        b.max_kv if max_kv is None else max_kv, **math,
+    )  # fmt: skip
+
+
+def test_hopper_backend_on_cpu_is_a_one_line_error_and_auto_runs_triton_with_the_reason():
     b = _batch()
-    why = dispatch.hopper_unavailable(b.q.device)
+    why = backends.unavailable("hopper", b.q.device)
     assert why  # no Hopper kernel runs on a CPU, whatever is installed
     with pytest.raises(ValueError) as exc:
         gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, options=GDPAOptions(backend="hopper"))
-    assert str(exc.value) == f"gdpa: backend='hopper' cannot run here: {why}"
+    assert str(exc.value) == f"gdpa: backend='hopper' cannot run this call: hopper unavailable: {why}"
     record = {}
-    gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, record=record)
-    assert record["dispatch"] == {"fwd": {"backend": "triton", "reason": f"triton: hopper unavailable: {why}"}}
+    out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, record=record)
+    assert record["dispatch"]["fwd"]["backend"] == "triton" and out.shape == b.q.shape
     assert get_provider("gdpa_hopper").availability(torch.device("cpu")) == why
+    # the backward, which the table prefers on Hopper everywhere, says why it runs Triton
+    assert plan("bwd", _call(b), GDPAOptions()) == [Stage("triton", WHOLE, f"triton: hopper unavailable: {why}")]
+
+
+def _reference_rows(call, band, out, do=None, grads=None):
+    """What a correct backend writes for the sequences of `band`: exact GDPA (and its gradients) per
+    sequence, read on the host (a fake backend may; the real ones never do)."""
+    from kernels.reference import gdpa_sequence
+
+    q_off, kv_off = call.q_offsets.tolist(), call.kv_offsets.tolist()
+    spec = CaseSpec(activation=call.activation, alpha=call.alpha, qk_scale=call.qk_scale, causal=call.causal)
+    for i in range(call.batch):
+        qs, ks = slice(q_off[i], q_off[i + 1]), slice(kv_off[i], kv_off[i + 1])
+        key = min(qs.stop - qs.start, ks.stop - ks.start)
+        if not (band.lo <= key < (band.hi if band.hi is not None else 1 << 40)):
+            continue
+        q, k, v = (t.detach().requires_grad_(grads is not None) for t in (call.q[qs], call.k[ks], call.v[ks]))
+        with torch.set_grad_enabled(grads is not None):
+            o = gdpa_sequence(q, k, v, spec)
+        if grads is None:
+            out[qs] = o
+        else:
+            g = torch.autograd.grad(o, (q, k, v), do[qs], allow_unused=True) if o.numel() else (None,) * 3
+            for dst, src, rows, ref in zip(grads, g, (qs, ks, ks), (q, k, v), strict=True):
+                dst[rows] = torch.zeros_like(ref) if src is None else src
+    return out if grads is None else grads
 
 
 class FakeHopper:
-    """Stands in for kernels/gdpa/hopper: available, supports what `unsupported_reason` allows, and
-    records its calls (its outputs are not GDPA: these tests check the routing, not the math)."""
+    """Stands in for kernels/gdpa/hopper: available, supports what `unsupported_reason` allows, records each
+    launch's band, and writes exact GDPA rows for the sequences of its band only — so a plan that mixes it
+    with Triton must stitch one correct output."""
 
     def __init__(self, unsupported_reason=None, available_reason=None):
         self.calls = []
-        self.module = types.ModuleType(dispatch.HOPPER_MODULE)
+        self.module = types.ModuleType(backends.ROWS["hopper"].module)
         self.module.unavailable = lambda device: available_reason
-        self.module.unsupported = lambda q, k, v, activation, causal: unsupported_reason
+        self.module.unsupported = lambda call: unsupported_reason
         self.module.forward = self.forward
         self.module.backward = self.backward
 
-    def forward(self, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
-        self.calls.append("fwd")
+    def forward(self, call, band, options, out=None, record=None):
+        self.calls.append(("fwd", band))
+        out = torch.full_like(call.q, float("nan")) if out is None else out
         if record is not None:
             record["hopper_fwd"] = {"kernel": "fake"}
-        return torch.zeros_like(q)
+        return _reference_rows(call, band, out)
 
-    def backward(
-        self, do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None
-    ):
-        self.calls.append("bwd")
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    def backward(self, call, do, band, options, out=None, record=None):
+        self.calls.append(("bwd", band))
+        out = tuple(torch.full_like(t, float("nan")) for t in (call.q, call.k, call.v)) if out is None else out
+        return _reference_rows(call, band, None, do=do, grads=out)
 
 
 @pytest.fixture
@@ -159,76 +228,161 @@ def fake_hopper(monkeypatch):
     @contextlib.contextmanager
     def install(**kw):
         fake = FakeHopper(**kw)
-        monkeypatch.setitem(sys.modules, dispatch.HOPPER_MODULE, fake.module)
-        dispatch.hopper_backend.cache_clear()
+        monkeypatch.setitem(sys.modules, backends.ROWS["hopper"].module, fake.module)
+        backends.load.cache_clear()
         try:
             yield fake
         finally:
-            dispatch.hopper_backend.cache_clear()
+            backends.load.cache_clear()
 
     yield install
-    dispatch.hopper_backend.cache_clear()
+    backends.load.cache_clear()
 
 
-def _choose(mode, max_q, max_kv, backend="auto"):
-    b = _batch()
-    return dispatch.choose(mode, b.q, b.k, b.v, max_q, max_kv, "fast_gelu", False, GDPAOptions(backend=backend))
+def _plan(mode, max_len, backend="auto", self_attention=True, **opts):
+    b = _batch(q_len=(5, 3, 9), kv_len=(5, 3, 9))
+    return plan(mode, _call(b, max_len, max_len, self_attention), GDPAOptions(backend=backend, **opts))
 
 
-def test_dispatch_rule_thresholds_and_reasons(fake_hopper):
+def test_auto_plan_follows_the_table_by_length_band(fake_hopper):
+    source = backends.ROWS["hopper"].source
     with fake_hopper():
-        assert _choose("fwd", 1024, 1024) == (
-            "hopper",
-            "hopper: max_q >= 1024 and max_kv >= 1024 (measured on H200, kernels/gdpa/hopper/NOTES.md)",
-        )
-        assert _choose("fwd", 2048, 256) == (
-            "triton",
-            "triton: max_kv 256 < 1024 (Triton faster there; measured on H200, kernels/gdpa/hopper/NOTES.md)",
-        )
-        assert _choose("fwd", 512, 2048)[1].startswith("triton: max_q 512 < 1024")
-        assert _choose("bwd", 16, 512)[0] == "hopper"
-        assert _choose("bwd", 16, 16) == (
-            "hopper",
-            "hopper: faster wherever supported (measured on H200, kernels/gdpa/hopper/NOTES.md)",
-        )
-        assert _choose("fwd", 16, 16, backend="hopper") == ("hopper", "hopper: backend='hopper' requested")
-        assert _choose("fwd", 4096, 4096, backend="triton") == ("triton", "triton: backend='triton' requested")
-    with fake_hopper(unsupported_reason="head_dim 16 not supported; allowed: 64, 128"):
-        assert _choose("fwd", 4096, 4096) == (
-            "triton",
-            "triton: hopper does not support this call: head_dim 16 not supported; allowed: 64, 128",
-        )
-        with pytest.raises(ValueError, match=r"^gdpa: backend='hopper' does not support this call: head_dim 16"):
-            _choose("bwd", 4096, 4096, backend="hopper")
+        assert [(s.backend, s.band) for s in _plan("fwd", 2048)] == [("triton", Band(0, 512)), ("hopper", Band(512))]
+        assert _plan("fwd", 2048)[1].reason == f"hopper: preferred for min(Lq, Lk) in [512, inf) ({source})"
+        # bands no sequence can reach are dropped; a plan of one stage runs the whole batch, unfiltered
+        assert [(s.backend, s.band) for s in _plan("fwd", 300)] == [("triton", WHOLE)]
+        assert [(s.backend, s.band) for s in _plan("fwd", 300, self_attention=False)] == [("triton", WHOLE)]
+        assert _plan("bwd", 2048) == [
+            Stage("hopper", WHOLE, f"hopper: preferred for min(Lq, Lk) in [0, inf) ({source})")
+        ]
+        assert _plan("fwd", 16, backend="hopper") == [Stage("hopper", WHOLE, "hopper: backend='hopper' requested")]
+        assert _plan("fwd", 4096, backend="triton") == [Stage("triton", WHOLE, "triton: backend='triton' requested")]
+        pinned = _plan("fwd", 64, fwd_plan=[["hopper", 0, 10], ["triton", 10, None]])
+        assert [(s.backend, s.band, s.reason) for s in pinned] == [
+            ("hopper", Band(0, 10), "hopper: fwd_plan pinned"),
+            ("triton", Band(10), "triton: fwd_plan pinned"),
+        ]
+    with fake_hopper(unsupported_reason="head dim 16 not supported; allowed: 64, 128"):
+        assert _plan("fwd", 4096) == [
+            Stage(
+                "triton",
+                WHOLE,
+                "triton: preferred for [0, inf); hopper does not support this call: head dim 16 not supported; "
+                "allowed: 64, 128",
+            )
+        ]
+        with pytest.raises(ValueError, match=r"^gdpa: backend='hopper' cannot run this call: hopper does not support"):
+            _plan("bwd", 4096, backend="hopper")
+        with pytest.raises(ValueError, match=r"^gdpa: fwd_plan's backend 'hopper' cannot run this call: hopper does"):
+            _plan("fwd", 64, fwd_plan=[["hopper", 0, None]])
     with fake_hopper(available_reason="not sm90 (got sm80)"):
-        assert _choose("fwd", 4096, 4096) == ("triton", "triton: hopper unavailable: not sm90 (got sm80)")
+        assert _plan("bwd", 4096) == [Stage("triton", WHOLE, "triton: hopper unavailable: not sm90 (got sm80)")]
 
 
-def test_a_hopper_module_that_fails_to_import_makes_the_backend_unavailable(monkeypatch):
-    broken = types.ModuleType(dispatch.HOPPER_MODULE)  # lacks the contract's functions
-    monkeypatch.setitem(sys.modules, dispatch.HOPPER_MODULE, broken)
-    dispatch.hopper_backend.cache_clear()
+def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fake_hopper, monkeypatch):
+    from kernels.gdpa import choice
+    from kernels.gdpa.plan import candidates, label
+
+    timed = []
+    speed = {"triton[0, 512)+hopper[512, inf)": 2.0, "triton": 1.0, "hopper": 3.0}
+
+    def fake_time(fn):
+        fn()
+        timed.append(len(timed))
+        return speed[_current[0]]
+
+    _current = [None]
+    monkeypatch.setattr(choice, "MEASURED_ON", ("cpu",))
+    monkeypatch.setattr(choice, "_time_ms", fake_time)
+    choice.forget()
+    b = _batch(q_len=(5, 3, 9), kv_len=(5, 3, 9))
+    call = _call(b, 2048, 2048, self_attention=True)
+    runs = []
+
+    def run(stages):
+        _current[0] = label(stages)
+        runs.append(label(stages))
+
+    with fake_hopper():
+        options = GDPAOptions()
+        found = candidates("fwd", call, options)
+        assert [len(c) for c in found] == [2, 1, 1]  # the table's plan, then each backend alone
+        stages, measured = choice.choose("fwd", call, options, found, run)
+        assert [s.backend for s in stages] == ["triton"] and measured == speed
+        assert runs == [label(c) for c in found for _ in (0, 1)]  # a warm-up run and a timed run each
+        again, measured_again = choice.choose("fwd", call, options, found, run)
+        assert again == stages and measured_again == speed and len(runs) == 6  # cached: nothing re-run
+        # pinned options have one candidate and time nothing
+        pinned = GDPAOptions(backend="hopper")
+        assert choice.choose("fwd", call, pinned, candidates("fwd", call, pinned), run)[1] is None
+        # a candidate that raises is not skipped in silence
+        choice.forget()
+
+        def broken(stages):
+            if stages[-1].backend == "hopper":
+                raise RuntimeError("illegal memory access")
+
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            choice.choose("fwd", call, options, found, broken)
+    choice.forget()
+
+
+def test_a_backend_module_that_fails_its_contract_is_unavailable(monkeypatch):
+    broken = types.ModuleType(backends.ROWS["hopper"].module)  # lacks the contract's functions
+    monkeypatch.setitem(sys.modules, backends.ROWS["hopper"].module, broken)
+    backends.load.cache_clear()
     try:
-        assert _choose("fwd", 4096, 4096)[1] == (
+        assert _plan("bwd", 4096)[0].reason == (
             "triton: hopper unavailable: kernels.gdpa.hopper lacks unavailable, unsupported, forward, backward"
         )
     finally:
-        dispatch.hopper_backend.cache_clear()
+        backends.load.cache_clear()
 
 
-def test_forward_and_backward_choose_their_backends_independently(fake_hopper):
-    """max_q 100 keeps the forward on Triton (< 1024); max_kv 600 sends the backward to Hopper (>= 512)."""
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_a_plan_over_two_backends_writes_every_row_once_forward_and_backward(fake_hopper, self_attention):
+    """Bands split between the (fake, exact) Hopper backend and the Triton interpreter: one output, equal
+    to the reference, with the backward planned differently from the forward."""
+    from kernels.gdpa.launch import poisoned_outputs
+    from kernels.reference import reference_outputs
+
+    lengths = [5, 0, 17, 9, 30, 12, 1]
+    b = make_batch(lengths, lengths, H=4, Hkv=2, D=16, dtype=torch.float32, seed=4).with_grad()
+    kv_off = b.q_offsets if self_attention else b.kv_offsets
+    spec = CaseSpec(mode="bwd", activation="silu", alpha=0.8, qk_scale=1.2, causal=True)
+    ref, ref_grads = reference_outputs(b, spec, grads=True)
+    opts = GDPAOptions(
+        fwd_plan=[["triton", 0, 6], ["hopper", 6, 13], ["triton", 13, None]],
+        bwd_plan=[["hopper", 0, 10], ["triton", 10, None]],
+    )
+    record = {}
+    with fake_hopper() as fake, poisoned_outputs():
+        out = gdpa(
+            b.q, b.k, b.v, b.q_offsets, kv_off, b.max_q, b.max_kv,
+            activation="silu", alpha=0.8, qk_scale=1.2, causal=True, options=opts, record=record,
+        )  # fmt: skip
+        grads = torch.autograd.grad(out, (b.q, b.k, b.v), b.dout)
+    assert fake.calls == [("fwd", Band(6, 13)), ("bwd", Band(0, 10))]
+    assert torch.allclose(out, ref, atol=1e-5, rtol=1e-4)
+    for got, want in zip(grads, ref_grads, strict=True):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+    assert record["dispatch"]["fwd"]["backend"] == "triton+hopper"
+    assert [s["band"] for s in record["dispatch"]["fwd"]["stages"]] == ["[0, 6)", "[6, 13)", "[13, inf)"]
+    assert {"fwd [0, 6)", "fwd [13, inf)", "dkdv [10, inf)", "dq [10, inf)", "hopper_fwd"} <= set(record)
+    if self_attention:  # the Triton launch of a bounded band sizes its grid by the band, not the batch
+        assert record["fwd [0, 6)"]["grid"] == [1, 7 * 4]
+
+
+def test_forward_and_backward_plan_independently(fake_hopper):
+    """Short sequences keep the forward on Triton; the backward goes to Hopper (the table)."""
     b = _batch().with_grad()
     with fake_hopper() as fake:
         record = {}
         out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, 100, 600, record=record)
         assert fake.calls == [] and record["fwd"]["source"] == "interpreter"
         torch.autograd.grad(out, (b.q, b.k, b.v), b.dout)
-        assert fake.calls == ["bwd"]
+        assert fake.calls == [("bwd", WHOLE)]
         assert record["dispatch"]["fwd"]["backend"] == "triton" and record["dispatch"]["bwd"]["backend"] == "hopper"
-        fake.calls.clear()
-        gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, 1024, 1024, record=record)
-        assert fake.calls == ["fwd"] and record["hopper_fwd"] == {"kernel": "fake"}
 
 
 # ------------------------------------------------------------------------------------ no host sync

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from kernels.gdpa.call import GDPACall  # noqa: E402
 from workloads.pairing import build_lengths  # noqa: E402
 
 ACTIVATIONS = (
@@ -159,9 +160,12 @@ def check_correctness(log, results):
             batch = make_batch(lq, lk, H=H, Hkv=Hkv, D=D, dtype=dtype, device="cuda", seed=len(rows))
             spec = CaseSpec(mode="bwd", activation=act, alpha=alpha, qk_scale=qk, causal=causal)
             ref_out, (ref_dq, ref_dk, ref_dv) = reference_outputs(batch, spec, "gdpa", dtype=torch.float32, grads=True)
-            args = (batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv, act, alpha, qk, causal)
-            out = launch.forward(batch.q, batch.k, batch.v, *args)
-            dq, dk, dv = launch.backward(batch.dout, batch.q, batch.k, batch.v, *args)
+            call = GDPACall(
+                batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, batch.max_q, batch.max_kv,
+                act, alpha, qk, causal,
+            )  # fmt: skip
+            out = launch.forward(call)
+            dq, dk, dv = launch.backward(call, batch.dout)
             torch.cuda.synchronize()
             row.update(
                 out=_relerr(out, ref_out), dq=_relerr(dq, ref_dq), dk=_relerr(dk, ref_dk), dv=_relerr(dv, ref_dv)
@@ -233,10 +237,10 @@ def _time_one(name, lq, lk, row):
     k = torch.randn(int(lk.sum()), H_PEER, D_PEER, device="cuda", dtype=torch.bfloat16) * scale
     v = torch.randn_like(k) * scale
     do = torch.randn_like(q)
-    args = (qo, ko, mq, mk, "fast_gelu", 1.0, 1.0, False)
+    call = GDPACall(q, k, v, qo, ko, mq, mk, "fast_gelu", 1.0, 1.0, False)
     record = {}
-    out = launch.forward(q, k, v, *args, record=record)
-    grads = launch.backward(do, q, k, v, *args, record=record)
+    out = launch.forward(call, record=record)
+    grads = launch.backward(call, do, record=record)
     errs = {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0}  # on the first three non-empty sequences
     qo_h, ko_h, spec = qo.cpu().numpy(), ko.cpu().numpy(), CaseSpec(activation="fast_gelu")
     for b in [i for i in range(len(lq)) if lq[i] and lk[i]][:3]:
@@ -252,8 +256,8 @@ def _time_one(name, lq, lk, row):
         ):
             errs[n] = max(errs[n], _relerr(got, r.detach()))
     row["relerr"], row["record"] = errs, record
-    row["hopper_fwd"] = flops / bench(lambda: launch.forward(q, k, v, *args)) * 1e-9
-    row["hopper_bwd"] = 2.5 * flops / bench(lambda: launch.backward(do, q, k, v, *args)) * 1e-9
+    row["hopper_fwd"] = flops / bench(lambda: launch.forward(call)) * 1e-9
+    row["hopper_bwd"] = 2.5 * flops / bench(lambda: launch.backward(call, do)) * 1e-9
     varlen = dict(cu_seqlens_q=qo, cu_seqlens_k=ko, max_seqlen_q=mq, max_seqlen_k=mk)
     row["fa4_fwd"] = flops / bench(lambda: flash_attn_varlen_func(q, k, v, **varlen)) * 1e-9
     o_sm, lse = flash_attn_varlen_func(q, k, v, **varlen, return_lse=True)[:2]

@@ -17,6 +17,8 @@ import triton.language as tl
 
 from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_bwd_scaled
+from kernels.gdpa.bands import WHOLE, Band
+from kernels.gdpa.call import GDPACall
 from kernels.gdpa.tiles import triton_config
 
 
@@ -48,6 +50,8 @@ def gdpa_bwd_dkdv_kernel(
     max_kv_bucket,
     rows_q_bucket,
     rows_kv_bucket,
+    band_lo,
+    band_hi,
     HKV: tl.constexpr,
     GROUPS: tl.constexpr,
     D: tl.constexpr,
@@ -58,17 +62,19 @@ def gdpa_bwd_dkdv_kernel(
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    # grid: (key tiles of the longest sequence, sequences · KV heads); a tile past its sequence's end exits
+    # grid: (key tiles of the longest sequence of the band, sequences · KV heads); a tile past its
+    # sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // HKV
     hk = tl.program_id(1) % HKV
     kv_start = tl.load(kv_offsets + b).to(tl.int64)
     lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
-    n0 = pid_n * BLOCK_N
-    if n0 >= lk:
-        return
     q_start = tl.load(q_offsets + b).to(tl.int64)
     lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
+    n0 = pid_n * BLOCK_N
+    band_key = tl.minimum(lq, lk)
+    if (n0 >= lk) | (band_key < band_lo) | (band_key >= band_hi):
+        return
 
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -140,6 +146,8 @@ def gdpa_bwd_dq_kernel(
     max_kv_bucket,
     rows_q_bucket,
     rows_kv_bucket,
+    band_lo,
+    band_hi,
     H: tl.constexpr,
     GROUPS: tl.constexpr,
     D: tl.constexpr,
@@ -150,17 +158,19 @@ def gdpa_bwd_dq_kernel(
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    # grid: (query tiles of the longest sequence, sequences · heads); a tile past its sequence's end exits
+    # grid: (query tiles of the longest sequence of the band, sequences · heads); a tile past its
+    # sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
     q_start = tl.load(q_offsets + b).to(tl.int64)
     lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
-    m0 = pid_m * BLOCK_M
-    if m0 >= lq:
-        return
     kv_start = tl.load(kv_offsets + b).to(tl.int64)
     lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
+    m0 = pid_m * BLOCK_M
+    band_key = tl.minimum(lq, lk)
+    if (m0 >= lq) | (band_key < band_lo) | (band_key >= band_hi):
+        return
     hk = h // GROUPS
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -218,15 +228,16 @@ gdpa_bwd_dq_kernel_tuned = triton.autotune(
 )(gdpa_bwd_dq_kernel)
 
 
-def _inputs(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, alpha, qk_scale, activation, causal) -> dict:
+def _inputs(call: GDPACall, do, band: Band) -> dict:
     """Arguments the dK/dV and dQ kernels share."""
+    q, k, v = call.q, call.k, call.v
     return dict(
         Q=q,
         K=k,
         V=v,
         DO=do,
-        q_offsets=q_offsets,
-        kv_offsets=kv_offsets,
+        q_offsets=call.q_offsets,
+        kv_offsets=call.kv_offsets,
         stride_qm=q.stride(0),
         stride_qh=q.stride(1),
         stride_km=k.stride(0),
@@ -235,40 +246,28 @@ def _inputs(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, alpha, qk_scale, 
         stride_vh=v.stride(1),
         stride_dom=do.stride(0),
         stride_doh=do.stride(1),
-        alpha=alpha,
-        qk_scale=qk_scale,
-        **launch.tuning_key(q, k, max_q, max_kv),
-        GROUPS=q.shape[1] // k.shape[1],
-        **launch.common_constants(q, activation, causal),
+        alpha=call.alpha,
+        qk_scale=call.qk_scale,
+        **launch.tuning_key(call, band),
+        GROUPS=call.groups,
+        **launch.common_constants(q, call.activation, call.causal),
     )
 
 
-def backward(
-    do,
-    q,
-    k,
-    v,
-    q_offsets,
-    kv_offsets,
-    max_q,
-    max_kv,
-    activation,
-    alpha,
-    qk_scale,
-    causal,
-    dkdv_tiles=None,
-    dq_tiles=None,
-    record=None,
-):
-    """(dq, dk, dv): one dK/dV and one dQ launch (tiles None: autotuned); with `record`, record["dkdv"]
-    and record["dq"] say what ran (launch.run). Every row is written, zeros where the partner side of a
-    sequence is empty."""
+def backward(call: GDPACall, do, band: Band = WHOLE, dkdv_tiles=None, dq_tiles=None, out=None, record=None):
+    """(dq, dk, dv) with the rows of `band`'s sequences written (`out`: the three tensors to write into,
+    new when None): one dK/dV and one dQ launch (tiles None: autotuned); with `record`, record["dkdv"] and
+    record["dq"] (with the band when not the whole batch) say what ran (launch.run). Every row of the band
+    is written, zeros where the partner side of a sequence is empty."""
+    q, k, v = call.q, call.k, call.v
     do = do.contiguous()
-    dq, dk, dv = launch.new_output(q), launch.new_output(k), launch.new_output(v)
-    n_seqs, H, Hkv = q_offsets.numel() - 1, q.shape[1], k.shape[1]
+    dq, dk, dv = (launch.new_output(t) for t in (q, k, v)) if out is None else out
+    n_seqs = call.batch
     if n_seqs == 0:
         return dq, dk, dv
-    shared = _inputs(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, alpha, qk_scale, activation, causal)
+    shared = _inputs(call, do, band)
+    max_q = band.bound(call.max_q, call.self_attention)
+    max_kv = band.bound(call.max_kv, call.self_attention)
     if k.shape[0] > 0:
         args = dict(
             shared,
@@ -278,28 +277,28 @@ def backward(
             stride_dkh=dk.stride(1),
             stride_dvm=dv.stride(0),
             stride_dvh=dv.stride(1),
-            HKV=Hkv,
+            HKV=call.heads_kv,
         )
         launch.run(
             gdpa_bwd_dkdv_kernel,
             gdpa_bwd_dkdv_kernel_tuned,
             args,
-            lambda block_m, block_n: (triton.cdiv(max(max_kv, 1), block_n), n_seqs * Hkv),
+            lambda block_m, block_n: (triton.cdiv(max(max_kv, 1), block_n), n_seqs * call.heads_kv),
             dkdv_tiles,
             q.device,
             record,
-            "dkdv",
+            launch.record_name("dkdv", band),
         )
     if q.shape[0] > 0:
-        args = dict(shared, DQ=dq, stride_dqm=dq.stride(0), stride_dqh=dq.stride(1), H=H)
+        args = dict(shared, DQ=dq, stride_dqm=dq.stride(0), stride_dqh=dq.stride(1), H=call.heads)
         launch.run(
             gdpa_bwd_dq_kernel,
             gdpa_bwd_dq_kernel_tuned,
             args,
-            lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * H),
+            lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * call.heads),
             dq_tiles,
             q.device,
             record,
-            "dq",
+            launch.record_name("dq", band),
         )
     return dq, dk, dv

@@ -12,6 +12,8 @@ import triton.language as tl
 
 from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_scaled
+from kernels.gdpa.bands import WHOLE, Band
+from kernels.gdpa.call import GDPACall
 from kernels.gdpa.tiles import triton_config
 
 
@@ -74,6 +76,8 @@ def gdpa_fwd_kernel(
     max_kv_bucket,
     rows_q_bucket,
     rows_kv_bucket,
+    band_lo,
+    band_hi,
     H: tl.constexpr,
     GROUPS: tl.constexpr,
     D: tl.constexpr,
@@ -84,17 +88,19 @@ def gdpa_fwd_kernel(
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    # grid: (query tiles of the longest sequence, sequences · heads); a tile past its sequence's end exits
+    # grid: (query tiles of the longest sequence of the band, sequences · heads); a tile past its
+    # sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
     q_start = tl.load(q_offsets + b).to(tl.int64)
     lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
-    m0 = pid_m * BLOCK_M
-    if m0 >= lq:
-        return
     kv_start = tl.load(kv_offsets + b).to(tl.int64)
     lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
+    m0 = pid_m * BLOCK_M
+    band_key = tl.minimum(lq, lk)
+    if (m0 >= lq) | (band_key < band_lo) | (band_key >= band_hi):
+        return
     hk = h // GROUPS
 
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -173,24 +179,23 @@ gdpa_fwd_kernel_tuned = triton.autotune(
 )(gdpa_fwd_kernel)
 
 
-def forward(
-    q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, tiles=None, record=None
-):
-    """Output `[ΣLq, H, D]` of one forward launch (tiles None: autotuned); with `record`, record["fwd"]
-    says what ran (launch.run)."""
-    out = launch.new_output(q)
-    n_seqs, H, Hkv = q_offsets.numel() - 1, q.shape[1], k.shape[1]
-    if n_seqs == 0 or q.shape[0] == 0:
+def forward(call: GDPACall, band: Band = WHOLE, tiles=None, out=None, record=None):
+    """Write `out` (new when None) `[ΣLq, H, D]` for the sequences of `band` in one launch (tiles None:
+    autotuned); with `record`, what ran goes to record["fwd"] (whole batch) or record["fwd <band>"]."""
+    q, k, v = call.q, call.k, call.v
+    out = launch.new_output(q) if out is None else out
+    if call.batch == 0 or call.rows_q == 0:
         return out
-    if causal and tiles is not None and tiles[0] % tiles[1]:
+    if call.causal and tiles is not None and tiles[0] % tiles[1]:
         raise ValueError(f"gdpa: fwd_tiles {list(tiles)}: a causal forward needs BLOCK_M to be a multiple of BLOCK_N")
+    max_q = band.bound(call.max_q, call.self_attention)
     args = dict(
         Q=q,
         K=k,
         V=v,
         Out=out,
-        q_offsets=q_offsets,
-        kv_offsets=kv_offsets,
+        q_offsets=call.q_offsets,
+        kv_offsets=call.kv_offsets,
         stride_qm=q.stride(0),
         stride_qh=q.stride(1),
         stride_km=k.stride(0),
@@ -199,21 +204,21 @@ def forward(
         stride_vh=v.stride(1),
         stride_om=out.stride(0),
         stride_oh=out.stride(1),
-        alpha=alpha,
-        qk_scale=qk_scale,
-        **launch.tuning_key(q, k, max_q, max_kv),
-        H=H,
-        GROUPS=H // Hkv,
-        **launch.common_constants(q, activation, causal),
+        alpha=call.alpha,
+        qk_scale=call.qk_scale,
+        **launch.tuning_key(call, band),
+        H=call.heads,
+        GROUPS=call.groups,
+        **launch.common_constants(q, call.activation, call.causal),
     )
     launch.run(
         gdpa_fwd_kernel,
         gdpa_fwd_kernel_tuned,
         args,
-        lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * H),
+        lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), call.batch * call.heads),
         tiles,
         q.device,
         record,
-        "fwd",
+        launch.record_name("fwd", band),
     )
     return out

@@ -5,7 +5,8 @@
 
 q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]` (H % Hkv == 0), int32 offsets `[B+1]`, out like q. Differentiable
 in q, k and v. A call with the default `validate="host"` never reads device memory back (no host sync):
-the GPU keeps working through Python and the next launch. Tiles and backend: kernels/gdpa/options.py.
+the GPU keeps working through Python and the next launch. Each pass runs the plan plan.py makes (one or more
+launches, each one backend of backends.py over one length band); tiles, backend and plans: options.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numbers
 import torch
 
 from kernels.activations import ACTIVATION_NAMES
-from kernels.gdpa import bwd, dispatch, fwd
+from kernels.gdpa import backends, choice, plan
+from kernels.gdpa.call import GDPACall
 from kernels.gdpa.options import GDPAOptions
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
@@ -33,59 +35,46 @@ def _on_device_of(t: torch.Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
-def _dispatch(mode, record, q, k, v, max_q, max_kv, activation, causal, options) -> str:
-    backend, reason = dispatch.choose(mode, q, k, v, max_q, max_kv, activation, causal, options)
+def _launch(mode: str, call: GDPACall, options: GDPAOptions, stages, record: dict | None, do=None):
+    result = None
+    with _on_device_of(call.q):
+        for stage in stages:
+            backend = backends.module(stage.backend)
+            if mode == "fwd":
+                result = backend.forward(call, stage.band, options, out=result, record=record)
+            else:
+                result = backend.backward(call, do, stage.band, options, out=result, record=record)
+    return result
+
+
+def run_pass(mode: str, call: GDPACall, options: GDPAOptions, record: dict | None, do=None):
+    """Run one pass ("fwd": out; "bwd": (dq, dk, dv)) as its plan says — pinned, or for backend="auto" the
+    fastest candidate of plan.candidates, measured once per shape class (choice.py): each stage's backend
+    over its band, all writing into one set of outputs."""
+    candidates = plan.candidates(mode, call, options)
+    stages, measured = choice.choose(
+        mode, call, options, candidates, lambda s: _launch(mode, call, options, s, None, do)
+    )
     if record is not None:
-        record.setdefault("dispatch", {})[mode] = {"backend": backend, "reason": reason}
-    return backend
+        record.setdefault("dispatch", {})[mode] = plan.record(stages, measured)
+    return _launch(mode, call, options, stages, record, do)
 
 
 class _GDPAFunction(torch.autograd.Function):
     @staticmethod
-    def forward(
-        ctx, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, options, record
-    ):
-        math = (activation, alpha, qk_scale, causal)
-        backend = _dispatch("fwd", record, q, k, v, max_q, max_kv, activation, causal, options)
-        with _on_device_of(q):
-            if backend == "hopper":
-                out = dispatch.hopper_backend()[0].forward(
-                    q, k, v, q_offsets, kv_offsets, max_q, max_kv, *math, record=record
-                )
-            else:
-                out = fwd.forward(
-                    q, k, v, q_offsets, kv_offsets, max_q, max_kv, *math, tiles=options.fwd_tiles, record=record
-                )
+    def forward(ctx, q, k, v, q_offsets, kv_offsets, facts, options, record):
+        call = GDPACall(q, k, v, q_offsets, kv_offsets, *facts)
+        out = run_pass("fwd", call, options, record)
         ctx.save_for_backward(q, k, v, q_offsets, kv_offsets)
-        ctx.lengths, ctx.math, ctx.options, ctx.record = (max_q, max_kv), math, options, record
+        ctx.facts, ctx.options, ctx.record = facts, options, record
         return out
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, q_offsets, kv_offsets = ctx.saved_tensors
-        (max_q, max_kv), (activation, _, _, causal), options = ctx.lengths, ctx.math, ctx.options
-        backend = _dispatch("bwd", ctx.record, q, k, v, max_q, max_kv, activation, causal, options)
-        with _on_device_of(q):
-            if backend == "hopper":
-                grads = dispatch.hopper_backend()[0].backward(
-                    do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, *ctx.math, record=ctx.record
-                )
-            else:
-                grads = bwd.backward(
-                    do,
-                    q,
-                    k,
-                    v,
-                    q_offsets,
-                    kv_offsets,
-                    max_q,
-                    max_kv,
-                    *ctx.math,
-                    dkdv_tiles=options.dkdv_tiles,
-                    dq_tiles=options.dq_tiles,
-                    record=ctx.record,
-                )
-        return (*grads, None, None, None, None, None, None, None, None, None, None)
+        call = GDPACall(q, k, v, q_offsets, kv_offsets, *ctx.facts)
+        dq, dk, dv = run_pass("bwd", call, ctx.options, ctx.record, do=do)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -197,15 +186,17 @@ def gdpa(
         activation: one of kernels.activations.ACTIVATION_NAMES.
         alpha: scale applied before the activation; qk_scale: scale applied after it.
         causal: keep key j only for query i >= j (HSTU convention); needs q_offsets == kv_offsets.
-        options: GDPAOptions — backend ("auto" by default) and pinned tiles per Triton kernel.
+        options: GDPAOptions — backend ("auto" by default: per length band, the measured table of
+            kernels/gdpa/backends.py), pinned plans, pinned tiles per Triton kernel.
         validate: "host" (default) checks shapes, dtypes, devices and arguments without reading device
             memory; "full" also reads the offsets back and checks their values (a host sync: use it
             while developing, not in a timed loop).
-        record: a dict to receive what ran: record["dispatch"][mode] = {"backend", "reason"} for the
-            forward ("fwd") and, when it runs, the backward ("bwd"); record["fwd"], ["dkdv"], ["dq"]
-            for each Triton kernel launched (tiles, where they came from, grid, and on a GPU registers,
-            spills and shared memory); the Hopper backend adds its own keys. Each launch overwrites
-            its keys.
+        record: a dict to receive what ran: record["dispatch"][mode] = {"backend", "reason", "stages"}
+            for the forward ("fwd") and, when it runs, the backward ("bwd"); record["fwd"], ["dkdv"],
+            ["dq"] for each Triton kernel launched over the whole batch (with the band appended, e.g.
+            "fwd [0, 128)", for a launch over one band: tiles, where they came from, grid, and on a GPU
+            registers, spills and shared memory); the Hopper backend adds its own keys. Each launch
+            overwrites its keys.
     Returns:
         `[ΣLq, H, D]` in q's dtype. Zero-length sequences are legal and produce nothing.
     """
@@ -225,18 +216,5 @@ def gdpa(
     if validate == "full":
         check_offsets(q, k, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, causal)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return _GDPAFunction.apply(
-        q,
-        k,
-        v,
-        q_offsets,
-        kv_offsets,
-        int(max_seq_len_q),
-        int(max_seq_len_kv),
-        activation,
-        float(alpha),
-        float(qk_scale),
-        bool(causal),
-        options,
-        record,
-    )
+    facts = (int(max_seq_len_q), int(max_seq_len_kv), activation, float(alpha), float(qk_scale), bool(causal))
+    return _GDPAFunction.apply(q, k, v, q_offsets, kv_offsets, facts, options, record)

@@ -11,29 +11,40 @@ import contextlib
 import torch
 import triton
 
+from kernels.gdpa.bands import Band
+from kernels.gdpa.call import GDPACall
 from kernels.gdpa.tiles import launch_kwargs, tiles_of
 
 # The CPU interpreter runs one fixed tile unless the caller pins one (autotuning it would only cost time)
 INTERPRETER_TILES = (16, 16, 4, 1)
 
 # Shape part of every kernel's autotuning key: max lengths and total rows, each rounded up to a power of
-# two. Total rows tell a half-filled batch from a full one of the same max length: their best tiles
-# differ (set1 L=512 fill 0.5 vs 1.0: tied vs 6% apart), and keyed on max length alone the first batch
-# seen chose for both — so a case's config depended on which case ran before it in the process.
-TUNING_KEY = ["max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket"]
+# two, and the length band the launch runs (bands.py). Total rows tell a half-filled batch from a full one of
+# the same max length: their best tiles differ (set1 L=512 fill 0.5 vs 1.0: tied vs 6% apart), and keyed on
+# max length alone the first batch seen chose for both — so a case's config depended on which case ran
+# before it in the process. A band of short sequences wants other tiles than the whole batch.
+TUNING_KEY = ["max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket", "band_lo", "band_hi"]
 
 
 def _bucket(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 16))
 
 
-def tuning_key(q: torch.Tensor, k: torch.Tensor, max_q: int, max_kv: int) -> dict:
+def tuning_key(call: GDPACall, band: Band) -> dict:
+    """The launch arguments that key the autotuners (and carry the band to the kernel)."""
     return dict(
-        max_q_bucket=_bucket(max_q),
-        max_kv_bucket=_bucket(max_kv),
-        rows_q_bucket=_bucket(q.shape[0]),
-        rows_kv_bucket=_bucket(k.shape[0]),
+        max_q_bucket=_bucket(band.bound(call.max_q, call.self_attention)),
+        max_kv_bucket=_bucket(band.bound(call.max_kv, call.self_attention)),
+        rows_q_bucket=_bucket(call.rows_q),
+        rows_kv_bucket=_bucket(call.rows_kv),
+        band_lo=band.lo,
+        band_hi=band.hi_arg,
     )
+
+
+def record_name(kernel: str, band: Band) -> str:
+    """Where `record` keeps a launch: the kernel's name, with the band when the launch runs one."""
+    return kernel if band.whole else f"{kernel} {band.describe()}"
 
 
 def common_constants(q: torch.Tensor, activation: str, causal: bool) -> dict:

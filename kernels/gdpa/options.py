@@ -20,8 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-BACKENDS = ("auto", "triton", "hopper")
+from kernels.gdpa import backends
+from kernels.gdpa.plan import parse_plan
+
+BACKENDS = ("auto", *backends.NAMES)
 TILE_OPTIONS = ("fwd_tiles", "dkdv_tiles", "dq_tiles")
+PLAN_OPTIONS = ("fwd_plan", "bwd_plan")
 TILES_SPELLING = "[BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)]"
 
 Tiles = tuple  # (BLOCK_M, BLOCK_N, num_warps, num_stages) or with maxnreg as a fifth value
@@ -57,22 +61,31 @@ def parse_tiles(name: str, value: Any) -> Tiles | None:
 
 @dataclass(frozen=True)
 class GDPAOptions:
-    """backend: "auto" (the default; per call, the Hopper kernel where it is available, supports the
-    call and the measured rule says it wins, else Triton — the choice and its reason go to `record`),
-    "triton" or "hopper" (an error where it cannot run, never a silent fallback).
+    """backend: "auto" (the default; per call and per length band, the backend the measured table in
+    backends.py prefers where it can run, else Triton — the plan and its reasons go to `record`), or one
+    backend of backends.NAMES ("triton", "hopper") for the whole call (an error where it cannot run, never
+    a silent fallback).
     fwd_tiles / dkdv_tiles / dq_tiles: pinned tiles of the Triton forward, dK/dV and dQ kernels; None
-    autotunes. A causal forward needs BLOCK_M to be a multiple of BLOCK_N (checked at the call)."""
+    autotunes. A causal forward needs BLOCK_M to be a multiple of BLOCK_N (checked at the call).
+    fwd_plan / bwd_plan: pin the launches of a pass, [[backend, lo, hi], ...] over bands of min(Lq, Lk)
+    that partition [0, inf) (plan.py); None lets `backend` decide."""
 
     backend: str = "auto"
     fwd_tiles: Tiles | None = None
     dkdv_tiles: Tiles | None = None
     dq_tiles: Tiles | None = None
+    fwd_plan: tuple | None = None
+    bwd_plan: tuple | None = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
         for name in TILE_OPTIONS:
             object.__setattr__(self, name, parse_tiles(name, getattr(self, name)))
+        for name in PLAN_OPTIONS:
+            object.__setattr__(self, name, parse_plan(name, getattr(self, name)))
+            if getattr(self, name) is not None and self.backend != "auto":
+                raise ValueError(f"{name}: pins the backends itself; leave backend at 'auto' (got {self.backend!r})")
 
     @classmethod
     def allowed(cls) -> tuple[str, ...]:
@@ -91,8 +104,12 @@ class GDPAOptions:
         return cls(**options)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (tiles as lists), what a results file records."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+        """JSON-able form (tiles and plans as lists), what a results file records."""
+
+        def plain(v):
+            return [plain(x) for x in v] if isinstance(v, tuple) else v
+
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self)}
 
     def merged(self, options: Mapping[str, Any]) -> GDPAOptions:
         """These options with `options` (a config mapping) laid over them."""

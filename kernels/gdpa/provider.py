@@ -17,21 +17,12 @@ from typing import ClassVar
 
 import torch
 
-from kernels.gdpa import dispatch
+from kernels.gdpa import backends
+from kernels.gdpa.call import GDPACall
 from kernels.gdpa.interface import SUPPORTED_HEAD_DIMS, gdpa
 from kernels.gdpa.options import GDPAOptions
 from kernels.registry import CaseSpec, Provider, register
 from workloads.batch import JaggedBatch
-
-
-def _triton_unavailable(device: torch.device) -> str | None:
-    try:
-        import triton
-    except ImportError:
-        return "triton is not installed"
-    if torch.device(device).type == "cpu" and not triton.knobs.runtime.interpret:
-        return "on CPU the Triton kernels need the interpreter: set TRITON_INTERPRET=1"
-    return None
 
 
 def _triton_unsupported(batch: JaggedBatch) -> str | None:
@@ -60,13 +51,27 @@ class _GDPAOpProvider(Provider):
         return self.options.to_dict()
 
     def availability(self, device: torch.device) -> str | None:
-        if self.options.backend == "hopper":
-            return dispatch.hopper_unavailable(device)
-        return _triton_unavailable(device)
+        # auto always has the fallback backend; a pinned one must run here
+        return backends.unavailable(
+            backends.FALLBACK if self.options.backend == "auto" else self.options.backend, device
+        )
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
-        if self.options.backend == "hopper":
-            return dispatch.hopper_unsupported(batch.q, batch.k, batch.v, spec.activation, spec.causal)
+        if self.options.backend not in ("auto", backends.FALLBACK):
+            call = GDPACall(
+                batch.q,
+                batch.k,
+                batch.v,
+                batch.q_offsets,
+                batch.kv_offsets,
+                batch.max_q,
+                batch.max_kv,
+                spec.activation,
+                spec.alpha,
+                spec.qk_scale,
+                spec.causal,
+            )
+            return backends.unsupported(self.options.backend, call)
         return _triton_unsupported(batch)
 
     def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str):

@@ -1,6 +1,6 @@
 """GDPA on Hopper (sm90): FlashAttention-4's warp-specialized CuTe-DSL kernels with the GDPA pointwise.
 
-The backend kernels/gdpa/dispatch.py calls beside the Triton kernels. Forward: FA4's
+A row of the backend table (kernels/gdpa/backends.py) beside the Triton kernels. Forward: FA4's
 `FlashAttentionForwardSm90` with its softmax replaced by act(alpha*s) (fwd.py); backward: FA4's
 `FlashAttentionBackwardSm90` with its per-query-block pointwise replaced (bwd.py); activations written once
 for device and CPU checks (activations.py); configuration, compile cache and launches (launch.py).
@@ -9,13 +9,13 @@ Design, measurements and what limits each gap: NOTES.md beside this file.
 Importing this package is cheap and works anywhere: flash-attn-4 (and its CuTe DSL) is imported on the
 first call of `unavailable()`, `forward()` or `backward()`, never at import.
 
-Contract (kernels/gdpa/dispatch.py):
-    unavailable(device) -> str | None                    why this backend cannot run on `device`
-    unsupported(q, k, v, activation, causal) -> str | None   host-only: shapes, dtypes, activation
-    forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None)
-    backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal,
-             record=None) -> (dq, dk, dv)
-q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]`, int32 offsets `[B+1]` on the device; no call reads device memory back.
+Contract (kernels/gdpa/backends.py):
+    unavailable(device) -> str | None               why this backend cannot run on `device`
+    unsupported(call) -> str | None                 host-only: shapes, dtypes, activation (call: GDPACall)
+    forward(call, band, options, out=None, record=None) -> out
+    backward(call, do, band, options, out=None, record=None) -> (dq, dk, dv)
+`band` (kernels/gdpa/bands.py) restricts a launch to the sequences of one length band through FA4's seqused
+vectors; `out` is written in place (the rows of the band's sequences). No call reads device memory back.
 Causal follows HSTU (key j kept for query i >= j): the kernels apply it per sequence from the top-left
 corner, which is FA4's (bottom-right) causal mask only where Lq == Lk — self-attention, q_offsets ==
 kv_offsets. `unsupported` refuses a causal call whose q and k row totals differ; with equal totals it
@@ -27,22 +27,13 @@ from __future__ import annotations
 
 import torch
 
+from kernels.activations import ACTIVATION_NAMES
+
 INSTALL_HINT = "pip install -e '.[fa4]'"
 SUPPORTED_HEAD_DIMS = (64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-# every name in kernels.activations.ACTIVATION_NAMES; kept literal so that this import stays cheap
-SUPPORTED_ACTIVATIONS = (
-    "raw",
-    "relu",
-    "relu_square",
-    "leaky_relu",
-    "gelu",
-    "gelu_tanh",
-    "fast_gelu",
-    "silu",
-    "fast_silu",
-    "hardswish",
-)
+# every activation the op knows (kernels/activations.py is a light module: names and CPU math only)
+SUPPORTED_ACTIVATIONS = ACTIVATION_NAMES
 SM100_REASON = (
     "sm100 (Blackwell) not supported yet: the GDPA pointwise is written for FA4's sm90 kernels "
     "(FA4's sm100 kernels need the same port; kernels/gdpa/hopper/NOTES.md)"
@@ -95,8 +86,10 @@ def _device_reason(device: torch.device) -> str | None:
     return None
 
 
-def unsupported(q, k, v, activation: str, causal: bool) -> str | None:
-    """None where these arguments are supported (host-only checks: no device memory is read)."""
+def unsupported(call) -> str | None:
+    """None where this call (kernels.gdpa.call.GDPACall) is supported (host-only checks: no device memory
+    is read)."""
+    q, k, v = call.q, call.k, call.v
     if q.dtype not in SUPPORTED_DTYPES:
         return f"dtype {str(q.dtype).replace('torch.', '')} not supported; allowed: float16, bfloat16"
     if k.dtype != q.dtype or v.dtype != q.dtype:
@@ -111,9 +104,9 @@ def unsupported(q, k, v, activation: str, causal: bool) -> str | None:
         return "k and v must have the same shape"
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         return f"query heads {q.shape[1]} not a multiple of key/value heads {k.shape[1]}"
-    if activation not in SUPPORTED_ACTIVATIONS:
-        return f"activation {activation!r} not supported; allowed: {', '.join(SUPPORTED_ACTIVATIONS)}"
-    if causal and q.shape[0] != k.shape[0]:
+    if call.activation not in ACTIVATION_NAMES:
+        return f"activation {call.activation!r} not supported; allowed: {', '.join(ACTIVATION_NAMES)}"
+    if call.causal and q.shape[0] != k.shape[0]:
         return (
             "causal needs self-attention lengths (Lq == Lk per sequence); q and k row totals differ "
             f"({q.shape[0]} vs {k.shape[0]})"
@@ -121,22 +114,19 @@ def unsupported(q, k, v, activation: str, causal: bool) -> str | None:
     return None
 
 
-def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
-    """out [ΣLq, H, D] like q: qk_scale * act(alpha * Q K^T) V per sequence."""
+def forward(call, band, options=None, out=None, record=None):
+    """Write `out` [ΣLq, H, D] (new when None) for the sequences of `band`: qk_scale * act(alpha * Q K^T) V
+    per sequence. `options` (GDPAOptions) pins nothing here: the Hopper kernels have one configuration."""
     from kernels.gdpa.hopper import launch
 
-    return launch.forward(
-        q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=record
-    )
+    return launch.forward(call, band, out=out, record=record)
 
 
-def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
-    """(dq, dk, dv) like (q, k, v)."""
+def backward(call, do, band, options=None, out=None, record=None):
+    """(dq, dk, dv) like (q, k, v), the rows of `band`'s sequences written."""
     from kernels.gdpa.hopper import launch
 
-    return launch.backward(
-        do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=record
-    )
+    return launch.backward(call, do, band, out=out, record=record)
 
 
 __all__ = [

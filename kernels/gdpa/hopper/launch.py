@@ -21,6 +21,8 @@ from flash_attn.cute.interface import BwdConfig, _tile_size_bwd_sm90
 from flash_attn.cute.utils import AuxData
 from quack.compile_utils import make_fake_tensor
 
+from kernels.gdpa.bands import WHOLE, Band, used_lengths
+from kernels.gdpa.call import GDPACall
 from kernels.gdpa.hopper import activations
 from kernels.gdpa.hopper.bwd import GDPABackwardSm90
 from kernels.gdpa.hopper.cache import (
@@ -34,6 +36,7 @@ from kernels.gdpa.hopper.cache import (
 from kernels.gdpa.hopper.device_ops import DEVICE_OPS
 from kernels.gdpa.hopper.fwd import GDPAForwardSm90, scores_object
 from kernels.gdpa.hopper.scheduler import tile_counts, tile_counts_kernel
+from kernels.gdpa.launch import record_name
 
 TORCH_TO_CUTE = {torch.float16: cutlass.Float16, torch.bfloat16: cutlass.BFloat16}
 # outputs are allocated through this name so tests can poison them (an element the kernels miss then shows)
@@ -49,12 +52,13 @@ class ForwardConfig:
     tile_n: int
     pack_gqa: bool
     scheduler_hint: bool  # cumulative m-block counts handed to FA4's varlen scheduler
+    banded: bool = False  # FA4's seqused vectors restrict the launch to one length band (bands.py)
 
 
-def forward_config(head_dim: int, groups: int, batch: int) -> ForwardConfig:
+def forward_config(head_dim: int, groups: int, batch: int, banded: bool = False) -> ForwardConfig:
     # FA4's sm90 choice (_tile_size_fwd_sm90): 192x128 for head dim 64, 128x128 for 128; P from registers
     tile_m = 192 if head_dim <= 64 else 128
-    return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH)
+    return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH, banded)
 
 
 def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal: bool, cfg: ForwardConfig):
@@ -66,6 +70,7 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
     q, o = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
     k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
     cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
+    used_q, used_k = (fake_i32_vector(sym()), fake_i32_vector(sym())) if cfg.banded else (None, None)
     qk_scale = make_fake_tensor(Float32, (h,), divisibility=1)
     cu_blocks = fake_i32_vector(b1) if cfg.scheduler_hint else None
     kernel = GDPAForwardSm90(
@@ -89,8 +94,8 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
             Float32(1.0),
             cu_q,
             cu_k,
-            None,
-            None,
+            used_q,
+            used_k,
             None,
             None,
             None,
@@ -137,36 +142,49 @@ def _cute_dtype(t: torch.Tensor):
 # ----------------------------------------------------------------------------------------------------------
 # forward
 # ----------------------------------------------------------------------------------------------------------
-def forward_kernel(dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int):
+def forward_kernel(
+    dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int, banded: bool = False
+):
     """(compiled forward, its config, its cache key) for these arguments; compiles on first use."""
-    cfg, cdtype = forward_config(head_dim, groups, batch), TORCH_TO_CUTE[dtype]
+    cfg, cdtype = forward_config(head_dim, groups, batch, banded), TORCH_TO_CUTE[dtype]
     key = ("fwd", cdtype, head_dim, groups, activation, bool(causal), cfg)
     return compiled(key, lambda: _compile_forward(cdtype, head_dim, groups, activation, bool(causal), cfg)), cfg, key
 
 
-def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
-    q, k, v = (_as_kernel_operand(t) for t in (q, k, v))
-    out = _empty_like(q)
-    batch, heads, head_dim, groups = q_offsets.shape[0] - 1, q.shape[1], q.shape[2], q.shape[1] // k.shape[1]
+def _band_vectors(call: GDPACall, band: Band):
+    """(used_q, used_kv) for a launch over one band (FA4's seqused), or (None, None) for the whole batch."""
+    return (None, None) if band.whole else used_lengths(call.q_offsets, call.kv_offsets, band)
+
+
+def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None):
+    """Write `out` (new when None) for the sequences of `band`: qk_scale * act(alpha * Q K^T) V."""
+    q, k, v = (_as_kernel_operand(t) for t in (call.q, call.k, call.v))
+    out = _empty_like(q) if out is None else out
+    batch = call.batch
     if q.shape[0] == 0 or batch == 0:
         return out
-    if k.shape[0] == 0:  # no keys anywhere: every output row is an empty sum
-        return out.zero_()
-    fn, cfg, key = forward_kernel(q.dtype, head_dim, groups, activation, causal, batch)
+    if k.shape[0] == 0:  # no keys anywhere: min(Lq, Lk) = 0 for every sequence, an empty sum each
+        return out.zero_() if band.lo == 0 else out
+    fn, cfg, key = forward_kernel(
+        q.dtype, call.head_dim, call.groups, call.activation, call.causal, batch, not band.whole
+    )
     with torch.cuda.device(q.device):
-        cu_blocks = tile_counts(q_offsets, cfg.tile_m, groups if cfg.pack_gqa else 1) if cfg.scheduler_hint else None
-        qk = _filled(q.device, (heads,), float(qk_scale))
+        used_q, used_k = _band_vectors(call, band)
+        cu_blocks = None
+        if cfg.scheduler_hint:
+            cu_blocks = tile_counts(call.q_offsets, cfg.tile_m, call.groups if cfg.pack_gqa else 1, used=used_q)
+        qk = _filled(q.device, (call.heads,), float(call.qk_scale))
         fn(
             q,
             k,
             v,
             out,
             None,
-            float(alpha),
-            q_offsets,
-            kv_offsets,
-            None,
-            None,
+            float(call.alpha),
+            call.q_offsets,
+            call.kv_offsets,
+            used_q,
+            used_k,
             None,
             None,
             None,
@@ -177,12 +195,13 @@ def forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk
             None,
         )
     if record is not None:
-        record["hopper_fwd"] = {
+        record[record_name("hopper_fwd", band)] = {
             "kernel": "GDPAForwardSm90 (FA4 FlashAttentionForwardSm90)",
             "tile": [cfg.tile_m, cfg.tile_n],
             "pack_gqa": cfg.pack_gqa,
             "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if cfg.scheduler_hint else ""),
-            "activation": activation,
+            "band": band.describe(),
+            "activation": call.activation,
             "compile_s": COMPILE_SECONDS.get(key, 0.0),
         }
     return out
@@ -226,7 +245,9 @@ def _hdim_multiple(cfg: BwdConfig) -> int:
     return 64 if cfg.dKV_swapAB else 32
 
 
-def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal: bool, plan: BackwardPlan, hint: bool):
+def _compile_backward(
+    dtype, head_dim: int, groups: int, activation: str, causal: bool, plan: BackwardPlan, hint: bool, banded: bool
+):
     act = activations.build(activation, DEVICE_OPS)
     sym = cute.sym_int
     total_q, total_k, h, b1 = sym(), sym(), sym(), sym()
@@ -242,6 +263,7 @@ def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal
     else:
         dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
     cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
+    used_q, used_k = (fake_i32_vector(sym()), fake_i32_vector(sym())) if banded else (None, None)
     kernel = GDPABackwardSm90(
         dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
     )
@@ -259,8 +281,8 @@ def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal
         Float32(1.0),
         cu_q,
         cu_k,
-        None,
-        None,
+        used_q,
+        used_k,
         None,
         None,
         None,
@@ -275,7 +297,15 @@ def _compile_backward(dtype, head_dim: int, groups: int, activation: str, causal
 
 
 def _compile_postprocess(
-    dtype, head_dim: int, tile: int, num_threads: int, atom_layout: int, swap_ab: bool, hdim_multiple: int, hint: bool
+    dtype,
+    head_dim: int,
+    tile: int,
+    num_threads: int,
+    atom_layout: int,
+    swap_ab: bool,
+    hdim_multiple: int,
+    hint: bool,
+    banded: bool,
 ):
     sym = cute.sym_int
     total, h, accum, b1 = sym(), sym(), sym(), sym()
@@ -288,7 +318,7 @@ def _compile_postprocess(
         make_fake_tensor(dtype, (total, h, head_dim), divisibility=128 // dtype.width),
         Float32(1.0),
         fake_i32_vector(b1),
-        None,
+        fake_i32_vector(sym()) if banded else None,
         None,
         fake_i32_vector(b1) if hint else None,
         fake_stream(),
@@ -296,99 +326,126 @@ def _compile_postprocess(
     )
 
 
-def _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint):
-    key = ("post", dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint)
+def _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded):
+    key = ("post", dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded)
     return compiled(
-        key, lambda: _compile_postprocess(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint)
+        key,
+        lambda: _compile_postprocess(
+            dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded
+        ),
     ), key
 
 
-def _postprocess(
-    accum, out, scale, offsets, dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, cu_blocks
-):
-    fn = _postprocess_kernel(
-        dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, cu_blocks is not None
-    )[0]
-    fn(accum, out, float(scale), offsets, None, None, cu_blocks)
+def _postprocess(accum, out, scale, offsets, used, dtype, head_dim, tile, threads, atom, swap_ab, mult, cu_blocks):
+    banded = used is not None
+    fn = _postprocess_kernel(dtype, head_dim, tile, threads, atom, swap_ab, mult, cu_blocks is not None, banded)[0]
+    fn(accum, out, float(scale), offsets, used, None, cu_blocks)
 
 
 def backward_kernel(
-    dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int, max_q: int, max_kv: int
+    dtype: torch.dtype,
+    head_dim: int,
+    groups: int,
+    activation: str,
+    causal: bool,
+    batch: int,
+    max_q: int,
+    max_kv: int,
+    banded: bool = False,
 ):
     """(compiled backward main kernel, its plan, its cache key); compiles on first use."""
     plan, cdtype = backward_plan(head_dim, bool(causal), max_q, max_kv), TORCH_TO_CUTE[dtype]
     hint = batch > SCHEDULER_HINT_MIN_BATCH
-    key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), plan, hint)
+    key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded)
     return (
-        compiled(key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint)),
+        compiled(
+            key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded)
+        ),
         plan,
         key,
     )
 
 
 def prebuild(
-    dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int, max_q: int, max_kv: int
+    dtype: torch.dtype,
+    head_dim: int,
+    groups: int,
+    activation: str,
+    causal: bool,
+    batch: int,
+    max_q: int,
+    max_kv: int,
+    banded: bool = False,
 ) -> list:
-    """Compile (or load) every kernel a forward + backward call with these arguments launches, without
-    running anything: no GPU needed. Returns the cache keys."""
-    keys = [forward_kernel(dtype, head_dim, groups, activation, causal, batch)[2]]
-    _, plan, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch, max_q, max_kv)
+    """Compile (or load) every kernel a forward + backward call with these arguments launches (over the
+    whole batch, or over one length band when `banded`), without running anything: no GPU needed. Returns
+    the cache keys."""
+    keys = [forward_kernel(dtype, head_dim, groups, activation, causal, batch, banded)[2]]
+    _, plan, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch, max_q, max_kv, banded)
     keys.append(key)
     cfg, hint, cdtype, mult = plan.cfg, batch > SCHEDULER_HINT_MIN_BATCH, TORCH_TO_CUTE[dtype], _hdim_multiple(plan.cfg)
     posts = [(cfg.m_block_size, 128 if cfg.dQ_single_wg else cfg.num_wg * 128, cfg.AtomLayoutMdQ, cfg.dQ_swapAB)]
     if groups > 1:
         posts.append((cfg.n_block_size, cfg.num_wg * 128, cfg.AtomLayoutNdKV, cfg.dKV_swapAB))
     for tile, threads, atom, swap in posts:
-        keys.append(_postprocess_kernel(cdtype, head_dim, tile, threads, atom, swap, mult, hint)[1])
+        keys.append(_postprocess_kernel(cdtype, head_dim, tile, threads, atom, swap, mult, hint, banded)[1])
     if hint:
-        fcfg = forward_config(head_dim, groups, batch)
+        fcfg = forward_config(head_dim, groups, batch, banded)
         for tile, mult_q in (
             (fcfg.tile_m, groups if fcfg.pack_gqa else 1),
             (cfg.m_block_size, 1),
             (cfg.n_block_size, 1),
         ):
-            keys.append(tile_counts_kernel(tile, mult_q)[1])
+            keys.append(tile_counts_kernel(tile, mult_q, banded)[1])
     return keys
 
 
-def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alpha, qk_scale, causal, record=None):
-    do, q, k, v = (_as_kernel_operand(t) for t in (do, q, k, v))
+def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
+    """(dq, dk, dv) like (q, k, v) with the rows of `band`'s sequences written (`out`: the tensors to write
+    into, new when None)."""
+    do, q, k, v = (_as_kernel_operand(t) for t in (do, call.q, call.k, call.v))
+    dq, dk, dv = (_empty_like(t) for t in (q, k, v)) if out is None else out
+    alpha, qk_scale = float(call.alpha), float(call.qk_scale)
+    # the backward's masking (activations.MASKED_FLOOR) needs alpha > 0: act(alpha*(q.k)) with alpha < 0 is
+    # act(|alpha| * ((-q).k)); dL/dq = -dL/d(-q), folded into the dQ postprocess's scale
+    dq_sign = 1.0
     if alpha < 0:
-        # the backward's masking (activations.MASKED_FLOOR) needs alpha > 0: act(alpha*(q.k)) with alpha < 0
-        # is act(|alpha| * ((-q).k)), and dL/dq = -dL/d(-q)
-        dq, dk, dv = backward(
-            do, -q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, -alpha, qk_scale, causal, record
-        )
-        return dq.neg_(), dk, dv
-    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
-    batch, heads, head_dim = q_offsets.shape[0] - 1, q.shape[1], q.shape[2]
-    heads_kv, groups = k.shape[1], q.shape[1] // k.shape[1]
+        q, alpha, dq_sign = -q, -alpha, -1.0
+    batch, heads, head_dim = call.batch, call.heads, call.head_dim
+    heads_kv, groups = call.heads_kv, call.groups
     if q.shape[0] == 0 or k.shape[0] == 0 or batch == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
-    fn, plan, key = backward_kernel(q.dtype, head_dim, groups, activation, causal, batch, int(max_q), int(max_kv))
+        if band.lo == 0:  # min(Lq, Lk) = 0 for every sequence: all of them are in this band, with zero gradients
+            dq.zero_(), dk.zero_(), dv.zero_()
+        return dq, dk, dv
+    banded = not band.whole
+    fn, plan, key = backward_kernel(
+        q.dtype, head_dim, groups, call.activation, call.causal, batch, int(call.max_q), int(call.max_kv), banded
+    )
     cfg = plan.cfg
     tile_m, tile_n, mult = cfg.m_block_size, cfg.n_block_size, _hdim_multiple(cfg)
     hdim_r = (head_dim + mult - 1) // mult * mult
     hint = batch > SCHEDULER_HINT_MIN_BATCH
     dtype = _cute_dtype(q)
     q_rows = _padded_rows(q.shape[0], batch, tile_m)
+    q_offsets, kv_offsets = call.q_offsets, call.kv_offsets
     with torch.cuda.device(q.device):
+        used_q, used_k = _band_vectors(call, band)
         dq_accum = torch.zeros(heads, q_rows * hdim_r, dtype=torch.float32, device=q.device)
         # FA4's LSE and dPsum slots (one fp32 per query row, streamed with Q and dO): alpha and qk_scale
         rows_alloc = (heads, _bucket(q_rows))
-        alpha_rows = _filled(q.device, rows_alloc, float(alpha))
-        qk_rows = _filled(q.device, rows_alloc, float(qk_scale))
+        alpha_rows = _filled(q.device, rows_alloc, alpha)
+        qk_rows = _filled(q.device, rows_alloc, qk_scale)
         if groups > 1:
             k_rows = _padded_rows(k.shape[0], batch, tile_n)
             dk_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
             dv_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
         else:
             dk_out, dv_out = dk, dv
-        cu_blocks_q = tile_counts(q_offsets, tile_m) if hint else None
-        cu_blocks_k = tile_counts(kv_offsets, tile_n) if hint else None
+        cu_blocks_q = tile_counts(q_offsets, tile_m, used=used_q) if hint else None
+        cu_blocks_k = tile_counts(kv_offsets, tile_n, used=used_k) if hint else None
         # FA4 scales dK by its softmax_scale in the epilogue and dQ in the postprocess: alpha * qk_scale
         # there, so the pointwise computes dS without either
-        grad_scale = float(alpha) * float(qk_scale)
+        grad_scale = alpha * qk_scale
         fn(
             q,
             k,
@@ -402,8 +459,8 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
             grad_scale,
             q_offsets,
             kv_offsets,
-            None,
-            None,
+            used_q,
+            used_k,
             None,
             None,
             None,
@@ -417,8 +474,9 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
         _postprocess(
             dq_accum,
             dq,
-            grad_scale,
+            dq_sign * grad_scale,
             q_offsets,
+            used_q,
             dtype,
             head_dim,
             tile_m,
@@ -429,12 +487,13 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
             cu_blocks_q,
         )
         if groups > 1:
-            for accum, out, scale in ((dk_out, dk, grad_scale), (dv_out, dv, 1.0)):
+            for accum, grad, scale in ((dk_out, dk, grad_scale), (dv_out, dv, 1.0)):
                 _postprocess(
                     accum,
-                    out,
+                    grad,
                     scale,
                     kv_offsets,
+                    used_k,
                     dtype,
                     head_dim,
                     tile_n,
@@ -445,13 +504,14 @@ def backward(do, q, k, v, q_offsets, kv_offsets, max_q, max_kv, activation, alph
                     cu_blocks_k,
                 )
     if record is not None:
-        record["hopper_bwd"] = {
+        record[record_name("hopper_bwd", band)] = {
             "kernel": "GDPABackwardSm90 (FA4 FlashAttentionBackwardSm90) + FA4 dQ postprocess",
             "tile": [tile_m, tile_n],
             "pointwise": "split" if plan.split else "fused",
             "gqa_accumulators": groups > 1,
             "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if hint else ""),
-            "activation": activation,
+            "band": band.describe(),
+            "activation": call.activation,
             "compile_s": COMPILE_SECONDS.get(key, 0.0),
         }
     return dq, dk, dv

@@ -14,14 +14,14 @@ from flash_attn.cute.cu_blocks_kernel import CuSeqlensToBlocksKernel
 from kernels.gdpa.hopper.cache import compiled, fake_i32_vector, fake_stream
 
 
-def _compile_tile_counts(tile: int, multiplier: int):
+def _compile_tile_counts(tile: int, multiplier: int, banded: bool):
     b1 = cute.sym_int()
     return cute.compile(
         CuSeqlensToBlocksKernel(tile=tile, seqlen_q_multiplier=multiplier),
         fake_i32_vector(b1),
         None,
         fake_i32_vector(b1),
-        None,
+        fake_i32_vector(cute.sym_int()) if banded else None,
         None,
         None,
         fake_stream(),
@@ -29,14 +29,17 @@ def _compile_tile_counts(tile: int, multiplier: int):
     )
 
 
-def tile_counts_kernel(tile: int, multiplier: int):
-    key = ("tile_counts", tile, multiplier)
-    return compiled(key, lambda: _compile_tile_counts(tile, multiplier)), key
+def tile_counts_kernel(tile: int, multiplier: int, banded: bool = False):
+    key = ("tile_counts", tile, multiplier, banded)
+    return compiled(key, lambda: _compile_tile_counts(tile, multiplier, banded)), key
 
 
-def tile_counts(offsets: torch.Tensor, tile: int, multiplier: int = 1) -> torch.Tensor:
-    """Cumulative per-sequence tile counts [B+1] (int32, on the device), computed on the device."""
-    fn = tile_counts_kernel(tile, multiplier)[0]
+def tile_counts(
+    offsets: torch.Tensor, tile: int, multiplier: int = 1, used: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Cumulative per-sequence tile counts [B+1] (int32, on the device), computed on the device; with `used`
+    (FA4's seqused: the lengths a banded launch runs) counted from those lengths."""
+    fn = tile_counts_kernel(tile, multiplier, used is not None)[0]
     out = torch.empty_like(offsets)
-    fn(out, None, offsets, None, None, None)
+    fn(out, None, offsets, used, None, None)
     return out

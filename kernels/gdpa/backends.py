@@ -1,0 +1,124 @@
+"""The GDPA backends, one row each: where the code lives and where backend="auto" prefers it.
+
+Every backend module implements one contract (the Triton row: triton_backend.py; Hopper: hopper/__init__.py):
+
+    unavailable(device) -> str | None                      why it cannot run on `device` (None: it can)
+    unsupported(call) -> str | None                        host-only checks of one GDPACall (call.py)
+    forward(call, band, options, out=None, record=None) -> out
+    backward(call, do, band, options, out=None, record=None) -> (dq, dk, dv)
+
+`band` (bands.py) restricts a launch to the sequences whose min(Lq, Lk) lies in it; `out` is written in place,
+so the launches of several bands fill one output. Adding a backend = its package + one row below.
+
+A row's `prefer` says, per pass, the length bands where backend="auto" runs it (plan.py): the first row (in
+table order) that prefers a band and can run the call gets it; the last row runs everything and takes what
+no other row does. Two bands of one row are two launches — each gets its own tiles from the autotuner.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from kernels.gdpa.bands import Band
+from kernels.gdpa.call import GDPACall
+
+CONTRACT = ("unavailable", "unsupported", "forward", "backward")
+PASSES = ("fwd", "bwd")
+
+
+@dataclass(frozen=True)
+class BackendRow:
+    name: str
+    module: str
+    description: str
+    prefer: dict  # pass -> tuple of Bands where auto prefers this backend
+    source: str  # where the preference was measured
+
+
+# Measured on one H200 (kernels/gdpa/PERF.md, "Jagged batches"): see there for every band's figures.
+TABLE: tuple[BackendRow, ...] = (
+    BackendRow(
+        name="hopper",
+        module="kernels.gdpa.hopper",
+        description="FA4's warp-specialized sm90 kernels with the GDPA pointwise (kernels/gdpa/hopper)",
+        prefer={"fwd": (Band(512),), "bwd": (Band(0),)},
+        source="measured on H200, kernels/gdpa/PERF.md",
+    ),
+    BackendRow(
+        name="triton",
+        module="kernels.gdpa.triton_backend",
+        description="our Triton kernels (fwd.py, bwd.py): every call the op accepts, any GPU, the CPU interpreter",
+        prefer={"fwd": (Band(0),), "bwd": (Band(0),)},
+        source="runs every call",
+    ),
+)
+ROWS = {row.name: row for row in TABLE}
+FALLBACK = TABLE[-1].name
+NAMES = tuple(ROWS)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@functools.cache
+def load(name: str) -> tuple[ModuleType | None, str | None]:
+    """(the backend's module, None), or (None, why it cannot be used). Imported once per process; a backend
+    that is absent or fails to import is unavailable with that reason, never an error of the op."""
+    module_name = ROWS[name].module
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None, f"the {name} backend is not in this tree ({module_name} missing)"
+        return None, f"importing {module_name} failed: {_one_line(exc)}"
+    except Exception as exc:  # a broken optional backend must not break the op
+        return None, f"importing {module_name} failed: {_one_line(exc)}"
+    missing = [fn for fn in CONTRACT if not callable(getattr(module, fn, None))]
+    if missing:
+        return None, f"{module_name} lacks {', '.join(missing)}"
+    return module, None
+
+
+def unavailable(name: str, device) -> str | None:
+    """None where backend `name` can run on `device`, else why not."""
+    module, why = load(name)
+    if module is None:
+        return why
+    try:
+        return module.unavailable(torch.device(device))
+    except Exception as exc:
+        return f"availability check failed: {_one_line(exc)}"
+
+
+def unsupported(name: str, call: GDPACall) -> str | None:
+    """None where the (available) backend `name` supports this call, else why not."""
+    module, why = load(name)
+    if module is None:
+        return why
+    try:
+        return module.unsupported(call)
+    except Exception as exc:
+        return f"support check failed: {_one_line(exc)}"
+
+
+def cannot_run(name: str, call: GDPACall) -> str | None:
+    """Why backend `name` cannot run this call here (unavailable or unsupported), or None."""
+    why = unavailable(name, call.q.device)
+    if why is not None:
+        return f"{name} unavailable: {why}"
+    why = unsupported(name, call)
+    return None if why is None else f"{name} does not support this call: {why}"
+
+
+def module(name: str) -> ModuleType:
+    loaded, why = load(name)
+    if loaded is None:
+        raise ValueError(f"gdpa: backend {name!r} cannot run: {why}")
+    return loaded
