@@ -283,38 +283,36 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
     from kernels.gdpa import choice
     from kernels.gdpa.plan import candidates, label
 
-    timed = []
     speed = {"triton[0, 512)+hopper[512, inf)": 2.0, "triton": 1.0, "hopper": 3.0}
+    current, runs = [None], []
 
     def fake_time(fn):
         fn()
-        timed.append(len(timed))
-        return speed[_current[0]]
+        return speed[current[0]]
 
-    _current = [None]
+    def run(stages):
+        current[0] = label(stages)
+        runs.append(label(stages))
+
     monkeypatch.setattr(choice, "MEASURED_ON", ("cpu",))
     monkeypatch.setattr(choice, "_time_ms", fake_time)
     choice.forget()
     b = _batch(q_len=(5, 3, 9), kv_len=(5, 3, 9))
     call = _call(b, 2048, 2048, self_attention=True)
-    runs = []
-
-    def run(stages):
-        _current[0] = label(stages)
-        runs.append(label(stages))
-
     with fake_hopper():
         options = GDPAOptions()
         found = candidates("fwd", call, options)
         assert [len(c) for c in found] == [2, 1, 1]  # the table's plan, then each backend alone
-        stages, measured = choice.choose("fwd", call, options, found, run)
+        stages, measured = choice.plan_for("fwd", call, options, run)
         assert [s.backend for s in stages] == ["triton"] and measured == speed
         assert runs == [label(c) for c in found for _ in (0, 1)]  # a warm-up run and a timed run each
-        again, measured_again = choice.choose("fwd", call, options, found, run)
-        assert again == stages and measured_again == speed and len(runs) == 6  # cached: nothing re-run
-        # pinned options have one candidate and time nothing
+        assert choice.plan_for("fwd", call, options, run) == (stages, speed) and len(runs) == 6  # cached
+        # another shape class (other max lengths) measures again; a pinned backend times nothing
+        other = _call(b, 8192, 8192, self_attention=True)
+        assert choice.plan_for("fwd", other, options, run)[1] == speed and len(runs) == 12
         pinned = GDPAOptions(backend="hopper")
-        assert choice.choose("fwd", call, pinned, candidates("fwd", call, pinned), run)[1] is None
+        assert choice.plan_for("fwd", call, pinned, run) == (candidates("fwd", call, pinned)[0], None)
+        assert len(runs) == 12
         # a candidate that raises is not skipped in silence
         choice.forget()
 
@@ -323,7 +321,7 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
                 raise RuntimeError("illegal memory access")
 
         with pytest.raises(RuntimeError, match="illegal memory access"):
-            choice.choose("fwd", call, options, found, broken)
+            choice.plan_for("fwd", call, options, broken)
     choice.forget()
 
 

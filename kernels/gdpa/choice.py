@@ -18,9 +18,9 @@ from collections.abc import Callable
 import torch
 
 from kernels.gdpa.call import GDPACall
-from kernels.gdpa.plan import Stage, label
+from kernels.gdpa.plan import Stage, candidates, label, reach
 
-_CHOSEN: dict = {}  # key -> (the chosen candidate's label, {label: ms})
+_CHOSEN: dict = {}  # key -> (the chosen plan, {label: ms})
 MEASURED_ON = ("cuda",)  # device types whose calls are timed (a test seam: the CPU interpreter times nothing)
 
 
@@ -29,22 +29,23 @@ def _bucket(n: int) -> int:
 
 
 def key(mode: str, call: GDPACall, options) -> tuple:
+    """The shape class of a call: what its plan and its measurement depend on (cheap: host facts only)."""
     q = call.q
     return (
         mode,
-        str(q.device),
+        q.device,
         q.dtype,
-        call.head_dim,
-        call.heads,
-        call.heads_kv,
+        q.shape[1:],
+        call.k.shape[1],
         call.activation,
         call.causal,
         call.self_attention,
         _bucket(call.batch),
-        _bucket(call.rows_q),
-        _bucket(call.rows_kv),
+        _bucket(q.shape[0]),
+        _bucket(call.k.shape[0]),
         _bucket(call.max_q),
         _bucket(call.max_kv),
+        reach(mode, min(call.max_q, call.max_kv)),
         options,
     )
 
@@ -59,28 +60,29 @@ def _time_ms(fn: Callable[[], object]) -> float:
     return float(do_bench(fn, warmup=2, rep=10, return_mode="median"))
 
 
-def choose(
-    mode: str, call: GDPACall, options, candidates: list[list[Stage]], run: Callable[[list[Stage]], object]
+def plan_for(
+    mode: str, call: GDPACall, options, run: Callable[[list[Stage]], object]
 ) -> tuple[list[Stage], dict | None]:
-    """(the plan to run, {label: ms} when this call measured or a cached measurement chose it). `run(plan)`
-    executes a plan on this call's tensors. A candidate that raises raises here: a failing kernel is never
-    skipped in silence."""
-    if len(candidates) == 1 or call.q.device.type not in MEASURED_ON or _capturing(call.q.device):
-        return candidates[0], None
+    """(the plan this call runs, {label: ms} where a measurement chose it). Decided once per shape class
+    (key) and cached: later calls of the class cost a dictionary lookup. `run(plan)` executes a plan on
+    this call's tensors (used only to measure). A candidate that raises raises here: a failing kernel is
+    never skipped in silence."""
     k = key(mode, call, options)
     chosen = _CHOSEN.get(k)
     if chosen is None:
+        found = candidates(mode, call, options)
+        if len(found) == 1 or call.q.device.type not in MEASURED_ON:
+            chosen = _CHOSEN[k] = (found[0], None)
+            return chosen
+        if _capturing(call.q.device):
+            return found[0], None  # not cached: measured on the first call outside a graph capture
         times = {}
-        for stages in candidates:
+        for stages in found:
             run(stages)  # compiles and autotunes outside the timing
             times[label(stages)] = round(_time_ms(lambda stages=stages: run(stages)), 4)
         best = min(times, key=times.get)
-        chosen = _CHOSEN[k] = (best, times)
-    best, times = chosen
-    for stages in candidates:
-        if label(stages) == best:
-            return stages, times
-    return candidates[0], times  # the cached winner is not a candidate here (options differ): the table's plan
+        chosen = _CHOSEN[k] = (next(s for s in found if label(s) == best), times)
+    return chosen
 
 
 def forget() -> None:

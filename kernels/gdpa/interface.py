@@ -51,10 +51,7 @@ def run_pass(mode: str, call: GDPACall, options: GDPAOptions, record: dict | Non
     """Run one pass ("fwd": out; "bwd": (dq, dk, dv)) as its plan says — pinned, or for backend="auto" the
     fastest candidate of plan.candidates, measured once per shape class (choice.py): each stage's backend
     over its band, all writing into one set of outputs."""
-    candidates = plan.candidates(mode, call, options)
-    stages, measured = choice.choose(
-        mode, call, options, candidates, lambda s: _launch(mode, call, options, s, None, do)
-    )
+    stages, measured = choice.plan_for(mode, call, options, lambda s: _launch(mode, call, options, s, None, do))
     if record is not None:
         record.setdefault("dispatch", {})[mode] = plan.record(stages, measured)
     return _launch(mode, call, options, stages, record, do)

@@ -11,6 +11,7 @@ Nothing here reads device memory.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ class Stage:
         return {"backend": self.backend, "band": self.band.describe(), "reason": self.reason}
 
 
+@functools.cache
 def _edges(mode: str) -> list[int]:
     edges = {0}
     for row in backends.TABLE:
@@ -37,6 +39,12 @@ def _edges(mode: str) -> list[int]:
             if band.hi is not None:
                 edges.add(band.hi)
     return sorted(edges)
+
+
+def reach(mode: str, shortest_max: int) -> int:
+    """How many of the table's band edges min(max_q, max_kv) reaches: calls that differ here get different
+    plans (a band no sequence can reach is dropped), so the choice is cached apart."""
+    return sum(edge <= shortest_max for edge in _edges(mode))
 
 
 def _covering(row: backends.BackendRow, mode: str, piece: Band) -> Band | None:
