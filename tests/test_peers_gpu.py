@@ -40,15 +40,6 @@ def test_meta_gdpa_matches_the_reference(mode, activation, options):
 
 
 @pytest.mark.parametrize("mode", ["fwd", "bwd"])
-@pytest.mark.parametrize("D", [64, 128])
-def test_hstu_matches_causal_silu_gdpa(mode, D):
-    p = provider_here("hstu")
-    b = make_batch(EDGE, EDGE, H=2, D=D, dtype=torch.bfloat16, device="cuda", seed=2)
-    spec = CaseSpec(mode=mode, activation="silu", alpha=D**-0.5, qk_scale=1 / 320, causal=True)
-    check(p, b, spec, mode)
-
-
-@pytest.mark.parametrize("mode", ["fwd", "bwd"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_flex_attention_matches_softmax(mode, causal):
     p = provider_here("flex_attention")
@@ -61,3 +52,13 @@ def test_meta_gdpa_cute_matches_the_reference(mode):
     p = provider_here("meta_gdpa_cute")
     b = make_batch(EDGE, EDGE[::-1], H=4, D=128, dtype=torch.bfloat16, device="cuda", seed=4)
     check(p, b, CaseSpec(mode=mode, activation="fast_gelu"), mode)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "bwd"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_hstu_matches_causal_silu_gdpa(mode, D):
+    # last in the file: HSTU's kernel has faulted the GPU on some lengths (issue 23), which poisons the process
+    p = provider_here("hstu")
+    b = make_batch(EDGE, EDGE, H=2, D=D, dtype=torch.bfloat16, device="cuda", seed=2)
+    spec = CaseSpec(mode=mode, activation="silu", alpha=D**-0.5, qk_scale=1 / 320, causal=True)
+    check(p, b, spec, mode)
