@@ -35,6 +35,10 @@ PROVIDER_MODULES = (
     "kernels.fa4",
     "kernels.sdpa",
     "kernels.torch_varlen",
+    "kernels.flex_attention",
+    "kernels.meta_gdpa",
+    "kernels.meta_gdpa_cute",
+    "kernels.hstu",
 )
 
 

@@ -1,0 +1,218 @@
+"""`meta_gdpa`: Meta's Triton GDPA (facebookresearch/ads_model_kernel_library, `gdpa/triton`, Apache-2.0),
+imported from the user's checkout (kernels/peer_checkout.py: option `path`, the installed package
+`ads_mkl.ops.oss.gdpa`, or `.peers/ads_model_kernel_library`). Forward and backward go through its own
+autograd op (`torch.ops.gdpa.generalized_dot_product_attention` with `register_autograd`).
+
+Semantics, from its source (gdpa/triton/triton_generalized_dot_product_attention.py at 2c128ab):
+`p = act(q·kᵀ)` then `p *= qk_scale` (:279-306), `acc += p·v`: O = act(QKᵀ)·qk_scale·V — our GDPA with
+alpha = 1 (it has no pre-activation scale) and the same qk_scale; no causal mask (`assert not is_causal`,
+:3139); query rows beyond max_seq_len_q are not computed (`qlen = min(qlen, N_CTX)`, :603), so we pass
+the batch maxima. Activations by Meta's names (gdpa/triton/math.py `Activation`): ours map one to one,
+`gelu_tanh` being their `gelu_approx`. On CPU tensors the op dispatches to a softmax fallback
+(`cpu_generalized_dot_product_attention`, :3974): the provider runs on CUDA only.
+
+Variants, as provider options with labels in a config (like our tiles): `enable_persistent`,
+`enable_tma`, `enable_ws` (forward flags, :3100-3130) and `bwd_opt_tech`, the backward techniques: the
+backward uses a technique only when its forward flag is on too (:3452-3455), so an ineffective
+combination is a config error here rather than a mislabelled run. `enable_ws` needs Meta's Triton fork
+(facebookexperimental/triton, `tl.async_task`; Meta's own benchmark requires it, gdpa/scripts/benchmark.py:69;
+on stock Triton its warp-specialization config keywords are dropped, :107-122): without the fork that
+label is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from kernels import peer_checkout as pc
+from kernels.registry import CaseSpec, Provider, register
+from workloads.batch import JaggedBatch
+
+PEER = pc.Peer(
+    key="ads_model_kernel_library",
+    title="Meta's GDPA (facebookresearch/ads_model_kernel_library)",
+    url="https://github.com/facebookresearch/ads_model_kernel_library",
+    package="ads_mkl.ops.oss",
+    importable="ads_mkl.ops.oss.gdpa",
+    package_dir="",
+    marker="gdpa/triton/triton_generalized_dot_product_attention.py",
+)
+MODULE = "ads_mkl.ops.oss.gdpa.triton.triton_generalized_dot_product_attention"
+SRC = "gdpa/triton/triton_generalized_dot_product_attention.py"
+
+# our activation name -> Meta's (gdpa/triton/math.py Activation; PyTorch equivalents at math.py:58-74)
+ACTIVATIONS = {
+    "raw": "raw",
+    "relu": "relu",
+    "relu_square": "relu_square",
+    "leaky_relu": "leaky_relu",
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_approx",
+    "fast_gelu": "fast_gelu",
+    "silu": "silu",
+    "fast_silu": "fast_silu",
+    "hardswish": "hardswish",
+}
+HEAD_DIMS = (64, 96, 128)  # gdpa/README.md "Head dims"
+DTYPES = (torch.float16, torch.bfloat16)
+# backward technique -> the forward flag it needs (ctx.* at :3452-3455)
+BWD_TECHS = {
+    "persistent": "enable_persistent",
+    "tma": "enable_tma",
+    "ws": "enable_ws",
+    "dq_atomic_add": "use_dq_atomic_add",
+}
+OPTIONS = {
+    "path": (str, None),
+    "enable_persistent": (bool, False),
+    "enable_tma": (bool, False),
+    "enable_ws": (bool, False),
+    "use_dq_atomic_add": (bool, False),
+    "bwd_opt_tech": (str, "base"),
+}
+
+
+_TECH = r"dq_atomic_add|[A-Za-z0-9]+"
+
+
+def bwd_techs(value: str) -> list[str]:
+    """The techniques named in a `bwd_opt_tech` string ("base", or e.g. "tma_ws", "persistent+tma");
+    ValueError naming what is allowed."""
+    if value == "base":
+        return []
+    names = re.findall(_TECH, value) if re.fullmatch(rf"(?:{_TECH})(?:[_+,](?:{_TECH}))*", value) else [value]
+    bad = next((t for t in names if t not in BWD_TECHS), None)
+    if bad is not None:
+        raise ValueError(
+            f"bwd_opt_tech {value!r}: {bad!r} is not a backward technique; allowed: base, or "
+            f"{', '.join(BWD_TECHS)} joined by _ or +"
+        )
+    return names
+
+
+def fork_reason() -> str | None:
+    """None when Meta's Triton fork is installed (it adds tl.async_task), else why `enable_ws` cannot run."""
+    import triton
+    import triton.language as tl
+
+    if hasattr(tl, "async_task"):
+        return None
+    return (
+        "enable_ws needs Meta's Triton fork (facebookexperimental/triton: tl.async_task, required by Meta's "
+        f"benchmark, gdpa/scripts/benchmark.py:69); triton {triton.__version__} here has none"
+    )
+
+
+@register
+class MetaGDPAProvider(Provider):
+    name = "meta_gdpa"
+    semantics = "gdpa"
+    process_setup_s = 30.0  # Triton autotuning over its config list, per max length, cached in-process
+    description = (
+        "Meta's Triton GDPA (ads_model_kernel_library gdpa/triton generalized_dot_product_attention) from "
+        "your checkout; O = act(QKᵀ)·qk_scale·V, no alpha, no causal; fwd + bwd via its autograd op"
+    )
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self._module = None
+        self._source: pc.Source | None = None
+        self._activation: str | None = None
+
+    def parse_options(self, options: dict) -> dict:
+        parsed = pc.parse_options(self.name, options, OPTIONS)
+        try:
+            techs = bwd_techs(parsed["bwd_opt_tech"])
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: option {exc}") from None
+        for tech in techs:
+            flag = BWD_TECHS[tech]
+            if not parsed[flag]:
+                raise ValueError(
+                    f"{self.name}: option bwd_opt_tech {parsed['bwd_opt_tech']!r}: {tech!r} has no effect "
+                    f"without {flag}: true (Meta's backward uses a technique only when its forward flag is on, "
+                    f"{SRC}:3452); allowed: set {flag}: true, or drop {tech!r}"
+                )
+        return parsed
+
+    def options_record(self) -> dict:
+        return dict(self.options)
+
+    def _find(self) -> pc.Source | str:
+        if self._source is None:
+            found = pc.find_source(PEER, MODULE, self.options["path"])
+            if isinstance(found, str):
+                return found
+            self._source = found
+        return self._source
+
+    def _entry(self):
+        source = self._find()
+        if isinstance(source, str):
+            raise pc.PeerLoadError(source)
+        if self._module is None:
+            self._module = pc.load(PEER, source, MODULE)
+        return self._module.generalized_dot_product_attention
+
+    def availability(self, device: torch.device) -> str | None:
+        found = self._find()
+        if isinstance(found, str):
+            return found
+        if self.options["enable_ws"]:
+            reason = fork_reason()
+            if reason:
+                return reason
+        if torch.device(device).type != "cuda":
+            return f"runs on CUDA GPUs only (on CPU tensors Meta's op dispatches to its softmax fallback, {SRC}:3974)"
+        try:
+            self._entry()
+        except pc.PeerLoadError as exc:
+            return str(exc)
+        return None
+
+    def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
+        if spec.causal:
+            return f"Meta's Triton GDPA has no causal mask (it asserts not is_causal, {SRC}:3139)"
+        if spec.alpha != 1.0:
+            return (
+                f"Meta's Triton GDPA has no pre-activation scale (O = act(QKᵀ)·qk_scale·V, {SRC}:306); "
+                f"alpha must be 1, got {spec.alpha:g}"
+            )
+        if spec.activation not in ACTIVATIONS:
+            return f"activation {spec.activation!r} has no Meta equivalent; allowed: {', '.join(ACTIVATIONS)}"
+        if batch.dtype not in DTYPES:
+            return f"Meta's GDPA runs fp16/bf16, not {str(batch.dtype).replace('torch.', '')}"
+        if batch.D not in HEAD_DIMS or batch.k.shape[2] != batch.D or batch.v.shape[2] != batch.D:
+            return f"head dim {batch.D} not supported (allowed: {', '.join(map(str, HEAD_DIMS))}, same for q, k, v)"
+        if batch.H % batch.Hkv:
+            return f"H={batch.H} is not a multiple of Hkv={batch.Hkv}"
+        return None
+
+    def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
+        fn = self._entry()
+        o = self.options
+        self._activation = ACTIVATIONS[spec.activation]
+        return fn(
+            query=batch.q,
+            key=batch.k,
+            value=batch.v,
+            query_offset=batch.q_offsets,
+            key_offset=batch.kv_offsets,
+            max_seq_len_q=int(batch.max_q),
+            max_seq_len_kv=int(batch.max_kv),
+            is_causal=False,
+            qk_scale=float(spec.qk_scale),
+            activation=self._activation,
+            enable_persistent=o["enable_persistent"],
+            enable_tma=o["enable_tma"],
+            enable_ws=o["enable_ws"],
+            use_dq_atomic_add=o["use_dq_atomic_add"],
+            bwd_opt_tech=o["bwd_opt_tech"],
+        )
+
+    def kernel_configs(self) -> dict | None:
+        if self._source is None:
+            return None
+        return {**pc.source_record(self._source, self._module), "activation": self._activation}

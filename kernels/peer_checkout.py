@@ -1,0 +1,223 @@
+"""Where a peer kernel's code comes from, and how it is loaded: never a copy in this repository, always the
+user's own checkout or installed package (docs/DESIGN.md §11, "Peer kernels").
+
+A peer provider finds its code in this order:
+
+1. the provider option `path`: a checkout (`~` expanded; a relative path is the repository root's, the
+   folder that holds `kernels/`, so every config and the Python API resolve it alike);
+2. the peer's package, when it is importable as installed (e.g. `ads_mkl.ops.oss.gdpa` in Meta's tree);
+3. the default checkout `.peers/<repository>` under the repository root (git-ignored).
+
+Without any of them the provider is skipped with one line saying what is missing and how to get it.
+
+Peer code imports itself under its own package name (Meta's GDPA as `ads_mkl.ops.oss.gdpa...`, HSTU as
+`generative_recommenders...`), so a checkout is *mounted* under that name: the package is created in
+`sys.modules` with the checkout as its search path, and the peer's own imports resolve into the checkout.
+One process holds one checkout of each peer: an entry that asks for a second, different one is skipped
+with the reason, never silently served by the first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.machinery
+import importlib.util
+import subprocess
+import sys
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PEERS_ROOT = REPO_ROOT / ".peers"  # the default checkouts; tests point it elsewhere
+
+_MOUNTED: dict[str, Path] = {}  # package -> the folder it was mounted from, by this module
+
+
+class PeerLoadError(RuntimeError):
+    """A peer's code could not be loaded; the message is the one-line skip reason."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    key: str  # the repository's folder name, e.g. ads_model_kernel_library
+    title: str  # how a skip reason names it
+    url: str  # where to clone it from
+    package: str  # the package name its code imports itself as
+    importable: str  # what a user makes importable instead of a checkout (skip reasons name it)
+    package_dir: str  # that package's folder inside the checkout ("" = the checkout root)
+    marker: str  # a file every checkout has: proves a path is one
+
+    @property
+    def default_path(self) -> Path:
+        return PEERS_ROOT / self.key
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "path" or "import"
+    path: Path | None  # the checkout, for kind "path"
+    origin: str  # one phrase for reasons and records
+
+
+def resolve_path(value: str) -> Path:
+    """`~` expanded; relative to the repository root."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent that is not a package, or a half-loaded one
+        return False
+
+
+def find_source(peer: Peer, module: str, path_option: str | None) -> Source | str:
+    """Where `module` (a dotted name inside the peer's package) comes from, or the one-line reason it
+    cannot be found (option `path`, then the importable package, then the default checkout)."""
+    if path_option is not None:
+        path = resolve_path(path_option)
+        if not (path / peer.marker).is_file():
+            return (
+                f"options.path {path}: not a checkout of {peer.url} (no {peer.marker}); "
+                f"get it: git clone {peer.url} {path}"
+            )
+        return Source("path", path, f"the checkout {path}")
+    mounted = _MOUNTED.get(peer.package)
+    if mounted is not None:  # another entry of this process mounted a checkout: the same code
+        return Source("path", _checkout_of(peer, mounted), f"the checkout {_checkout_of(peer, mounted)}")
+    if _importable(module):
+        return Source("import", None, f"the installed package {peer.package}")
+    default = peer.default_path
+    if (default / peer.marker).is_file():
+        return Source("path", default, f"the checkout {default}")
+    return (
+        f"{peer.title} not found: no options.path, {peer.importable} is not importable and {default} is "
+        f"missing; get it: git clone {peer.url} {default} (or set the provider option path)"
+    )
+
+
+def _checkout_of(peer: Peer, mounted: Path) -> Path:
+    return mounted.parent if peer.package_dir else mounted
+
+
+def _namespace(name: str, paths: list[str]) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = paths
+    mod.__spec__ = spec
+    mod.__path__ = paths
+    return mod
+
+
+def _bind(name: str, mod: types.ModuleType) -> None:
+    """Put `mod` in sys.modules and on its parent, as the import system does for a real package."""
+    sys.modules[name] = mod
+    parent, _, child = name.rpartition(".")
+    if parent and parent in sys.modules:
+        setattr(sys.modules[parent], child, mod)
+
+
+def mount(peer: Peer, checkout: Path) -> None:
+    """Make `peer.package` import from `checkout` (once per process; the same checkout again is a no-op)."""
+    target = (checkout / peer.package_dir if peer.package_dir else checkout).resolve()
+    loaded = sys.modules.get(peer.package)
+    if loaded is not None:
+        paths = [Path(p).resolve() for p in getattr(loaded, "__path__", [])]
+        if target not in paths:
+            where = paths[0] if paths else getattr(loaded, "__file__", "elsewhere")
+            raise PeerLoadError(
+                f"{peer.package} is already loaded from {where}; one {peer.key} per process "
+                f"(this entry asks for {checkout})"
+            )
+        return
+    parts = peer.package.split(".")
+    for i in range(1, len(parts)):
+        name = ".".join(parts[:i])
+        if name not in sys.modules:
+            _bind(name, _namespace(name, []))  # holds only what is mounted under it
+    init = target / "__init__.py"
+    if init.is_file():
+        spec = importlib.util.spec_from_file_location(peer.package, init, submodule_search_locations=[str(target)])
+        mod = importlib.util.module_from_spec(spec)
+        _bind(peer.package, mod)
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(peer.package, None)
+            raise
+    else:
+        _bind(peer.package, _namespace(peer.package, [str(target)]))
+    _MOUNTED[peer.package] = target
+
+
+def unmount(peer: Peer) -> None:
+    """Forget the peer's package and every module loaded under its top-level name, mounted or imported
+    (tests; a process normally keeps what it loaded)."""
+    _MOUNTED.pop(peer.package, None)
+    top = peer.package.split(".")[0]
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        del sys.modules[name]
+
+
+def load(peer: Peer, source: Source, module: str) -> types.ModuleType:
+    """Import `module` from `source`; PeerLoadError with one line when it does not import."""
+    try:
+        if source.kind == "path":
+            mount(peer, source.path)
+        return importlib.import_module(module)
+    except PeerLoadError:
+        raise
+    except Exception as exc:  # ImportError, or whatever the peer's module raises while it loads
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise PeerLoadError(
+            f"{peer.title} from {source.origin} failed to import {module}: {type(exc).__name__}: {first}"
+        ) from None
+
+
+@functools.cache
+def commit_of(checkout: Path) -> str | None:
+    """The checkout's git commit, when it is a git work tree (recorded with each case)."""
+    if not (checkout / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def source_record(source: Source, module: types.ModuleType | None) -> dict:
+    """What a case records about the peer code it ran."""
+    rec: dict[str, Any] = {"source": source.kind, "origin": source.origin}
+    if source.path is not None:
+        rec["commit"] = commit_of(source.path)
+    if module is not None:
+        rec["file"] = getattr(module, "__file__", None)
+    return rec
+
+
+def parse_options(provider: str, options: Mapping[str, Any], fields: Mapping[str, tuple[type, Any]]) -> dict:
+    """`options` checked against `fields` (name -> (type, default)): one-line ValueError naming the option
+    and what is allowed. Booleans must be YAML booleans (`true`), not 1 or "yes"."""
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise ValueError(f"{provider}: unknown option {unknown[0]!r}; allowed: {', '.join(fields)}")
+    out = {}
+    for key, (typ, default) in fields.items():
+        value = options.get(key, default)
+        if value is not None:
+            ok = isinstance(value, bool) if typ is bool else isinstance(value, typ) and not isinstance(value, bool)
+            if not ok or (typ is str and not value.strip()):
+                kind = {bool: "true or false", str: "a non-empty string"}.get(typ, typ.__name__)
+                raise ValueError(f"{provider}: option {key}: {value!r} is not allowed; allowed: {kind}")
+        out[key] = value
+    return out
