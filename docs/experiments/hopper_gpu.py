@@ -112,7 +112,7 @@ def peer_shapes():
 
 
 def prebuild(directory: str) -> None:
-    from kernels.gdpa.hopper import launch
+    from kernels.gdpa.hopper import launch, prebuild
 
     launch.use_kernel_dir(directory)
     todo = {
@@ -125,7 +125,7 @@ def prebuild(directory: str) -> None:
     }
     for args in sorted(todo, key=repr):
         t0 = time.time()
-        launch.prebuild(*args)
+        prebuild.prebuild(*args)
         print(f"prebuilt {args} in {time.time() - t0:.1f}s", flush=True)
     size = sum(p.stat().st_size for p in Path(directory).glob("*.o"))
     print(f"{len(list(Path(directory).glob('*.o')))} kernels, {size / 2**20:.1f} MiB in {directory}")

@@ -81,7 +81,7 @@ def workloads(quick: bool):
 
 
 def prebuild(directory: str) -> None:
-    from kernels.gdpa.hopper import launch
+    from kernels.gdpa.hopper import launch, prebuild
 
     launch.use_kernel_dir(directory)
     for banded in (False, True):
@@ -92,7 +92,7 @@ def prebuild(directory: str) -> None:
             ("gelu", False, 2, 700, 700),
         ):
             for batch in (1152, 16):
-                keys = launch.prebuild(torch.bfloat16, 128, groups, act, causal, batch, max_q, max_kv, banded)
+                keys = prebuild.prebuild(torch.bfloat16, 128, groups, act, causal, batch, max_q, max_kv, banded)
                 print(banded, act, causal, groups, batch, len(keys), flush=True)
 
 

@@ -35,7 +35,7 @@ from kernels.gdpa.hopper.cache import (
 )
 from kernels.gdpa.hopper.device_ops import DEVICE_OPS
 from kernels.gdpa.hopper.fwd import GDPAForwardSm90, scores_object
-from kernels.gdpa.hopper.scheduler import tile_counts, tile_counts_kernel
+from kernels.gdpa.hopper.scheduler import tile_counts
 from kernels.gdpa.launch import record_name
 
 TORCH_TO_CUTE = {torch.float16: cutlass.Float16, torch.bfloat16: cutlass.BFloat16}
@@ -241,7 +241,7 @@ def _padded_rows(total: int, batch: int, tile: int) -> int:
     return (total + (batch + 1) * tile - 1) // tile * tile
 
 
-def _hdim_multiple(cfg: BwdConfig) -> int:
+def hdim_multiple(cfg: BwdConfig) -> int:
     return 64 if cfg.dKV_swapAB else 32
 
 
@@ -326,7 +326,7 @@ def _compile_postprocess(
     )
 
 
-def _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded):
+def postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded):
     key = ("post", dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded)
     return compiled(
         key,
@@ -338,7 +338,7 @@ def _postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab
 
 def _postprocess(accum, out, scale, offsets, used, dtype, head_dim, tile, threads, atom, swap_ab, mult, cu_blocks):
     banded = used is not None
-    fn = _postprocess_kernel(dtype, head_dim, tile, threads, atom, swap_ab, mult, cu_blocks is not None, banded)[0]
+    fn = postprocess_kernel(dtype, head_dim, tile, threads, atom, swap_ab, mult, cu_blocks is not None, banded)[0]
     fn(accum, out, float(scale), offsets, used, None, cu_blocks)
 
 
@@ -366,40 +366,6 @@ def backward_kernel(
     )
 
 
-def prebuild(
-    dtype: torch.dtype,
-    head_dim: int,
-    groups: int,
-    activation: str,
-    causal: bool,
-    batch: int,
-    max_q: int,
-    max_kv: int,
-    banded: bool = False,
-) -> list:
-    """Compile (or load) every kernel a forward + backward call with these arguments launches (over the
-    whole batch, or over one length band when `banded`), without running anything: no GPU needed. Returns
-    the cache keys."""
-    keys = [forward_kernel(dtype, head_dim, groups, activation, causal, batch, banded)[2]]
-    _, plan, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch, max_q, max_kv, banded)
-    keys.append(key)
-    cfg, hint, cdtype, mult = plan.cfg, batch > SCHEDULER_HINT_MIN_BATCH, TORCH_TO_CUTE[dtype], _hdim_multiple(plan.cfg)
-    posts = [(cfg.m_block_size, 128 if cfg.dQ_single_wg else cfg.num_wg * 128, cfg.AtomLayoutMdQ, cfg.dQ_swapAB)]
-    if groups > 1:
-        posts.append((cfg.n_block_size, cfg.num_wg * 128, cfg.AtomLayoutNdKV, cfg.dKV_swapAB))
-    for tile, threads, atom, swap in posts:
-        keys.append(_postprocess_kernel(cdtype, head_dim, tile, threads, atom, swap, mult, hint, banded)[1])
-    if hint:
-        fcfg = forward_config(head_dim, groups, batch, banded)
-        for tile, mult_q in (
-            (fcfg.tile_m, groups if fcfg.pack_gqa else 1),
-            (cfg.m_block_size, 1),
-            (cfg.n_block_size, 1),
-        ):
-            keys.append(tile_counts_kernel(tile, mult_q, banded)[1])
-    return keys
-
-
 def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
     """(dq, dk, dv) like (q, k, v) with the rows of `band`'s sequences written (`out`: the tensors to write
     into, new when None)."""
@@ -422,7 +388,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
         q.dtype, head_dim, groups, call.activation, call.causal, batch, int(call.max_q), int(call.max_kv), banded
     )
     cfg = plan.cfg
-    tile_m, tile_n, mult = cfg.m_block_size, cfg.n_block_size, _hdim_multiple(cfg)
+    tile_m, tile_n, mult = cfg.m_block_size, cfg.n_block_size, hdim_multiple(cfg)
     hdim_r = (head_dim + mult - 1) // mult * mult
     hint = batch > SCHEDULER_HINT_MIN_BATCH
     dtype = _cute_dtype(q)
@@ -529,6 +495,5 @@ __all__ = [
     "compiled_keys",
     "forward",
     "forward_config",
-    "prebuild",
     "use_kernel_dir",
 ]
