@@ -33,6 +33,7 @@ from bench.errors import ConfigError
 from bench.provider_specs import resolve_providers
 from kernels.activations import ACTIVATION_NAMES
 from kernels.registry import MODES
+from support.text import one_line
 from workloads import check_family_params, check_pairing_params, check_workload, resolve_family_params
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -294,11 +295,6 @@ def default_run_dir(cfg: LoadedConfig) -> Path:
 # ------------------------------------------------------------------------------------------- loading
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
 def _loc(loc: tuple) -> str:
     return ".".join(str(p) for p in loc if p not in ("function-after",)) or "(top level)"
 
@@ -416,7 +412,7 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
                     base_dir=base_dir,
                 )
             except ValueError as exc:
-                raise ConfigError(f"{path}: sets.{set_name}: {_first_line(exc)}") from None
+                raise ConfigError(f"{path}: sets.{set_name}: {one_line(exc, type_name=False)}") from None
             return resolve_family_params(family, params, base_dir)
 
         return check

@@ -19,10 +19,3 @@ class ConfigError(Exception):
 
 class UsageError(Exception):
     """A bad command-line option or path: the message is one line, ready to print."""
-
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """`Type: first line of the message`, at most `limit` characters: how an exception is recorded."""
-    text = str(exc).strip().splitlines()
-    msg = text[0] if text else ""
-    return f"{type(exc).__name__}: {msg}"[:limit]

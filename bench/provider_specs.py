@@ -4,14 +4,9 @@ file and the entry, or a `UsageError` naming the module that does not import."""
 
 from __future__ import annotations
 
-import importlib
-import os
-
 from bench.cases import ProviderSpec
-from bench.errors import ConfigError, UsageError, one_line
-from kernels.registry import get_provider, provider_names
-
-PROVIDERS_ENV = "GDPA_BENCH_PROVIDERS"  # extra provider modules, comma-separated
+from bench.errors import ConfigError, UsageError
+from kernels.registry import ProviderModuleError, get_provider, provider_names
 
 
 def _spec(entry, where: str, known: list[str], path) -> ProviderSpec:
@@ -26,16 +21,11 @@ def _spec(entry, where: str, known: list[str], path) -> ProviderSpec:
 
 def load_provider_modules() -> list[str]:
     """The registered provider names, after importing the modules named in GDPA_BENCH_PROVIDERS; a module
-    that does not import is a one-line UsageError naming it (the registry would raise its traceback)."""
-    for module in [m.strip() for m in os.environ.get(PROVIDERS_ENV, "").split(",") if m.strip()]:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:  # ImportError, or anything the module raises while it loads
-            raise UsageError(
-                f"{PROVIDERS_ENV}: the module {module!r} does not import ({one_line(exc)}); allowed: "
-                "comma-separated importable module paths"
-            ) from None
-    return provider_names()
+    that does not import is a one-line UsageError naming it."""
+    try:
+        return provider_names()
+    except ProviderModuleError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def resolve_providers(model, path) -> tuple[list[ProviderSpec], dict[str, list[ProviderSpec]]]:

@@ -25,7 +25,6 @@ from bench.calibrate import calibrate_copy, calibrate_gemm
 from bench.case_power import CasePower
 from bench.cases import Case, Workload
 from bench.config import LoadedConfig, default_run_dir
-from bench.errors import one_line
 from bench.gate import correctness
 from bench.monitor import PowerMonitor
 from bench.progress import Progress
@@ -42,6 +41,7 @@ from reports.results import (
     read_power_text,
     read_results,
 )
+from support.text import one_line
 from workloads import stats
 
 __all__ = ["Runner", "correctness", "default_run_dir", "spec_for"]

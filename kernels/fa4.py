@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from kernels.registry import CaseSpec, Provider, register
+from support.optional import import_problem
 from workloads.batch import JaggedBatch
 
 INSTALL_HINT = "pip install -e '.[fa4]'"
@@ -35,17 +36,7 @@ def _import_varlen_func() -> Callable[..., Any]:
 
 def _package_reason() -> str | None:
     """None when flash_attn.cute imports; otherwise why not."""
-    try:
-        _import_varlen_func()
-    except ImportError as exc:
-        missing = getattr(exc, "name", None) or ""
-        if missing.split(".")[0] in ("flash_attn", "") or "flash_attn" in str(exc):
-            return f"flash-attn-4 not installed ({INSTALL_HINT})"
-        return f"flash-attn-4 is installed but a dependency is missing: {exc} ({INSTALL_HINT})"
-    except Exception as exc:  # any import-time failure is a reason, not a crash
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return f"flash-attn-4 failed to import: {type(exc).__name__}: {first}"
-    return None
+    return import_problem(("flash_attn.cute",), "flash-attn-4", ("flash_attn",), INSTALL_HINT)
 
 
 @register

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
+from support.environment import PROVIDER_MODULES as PROVIDER_MODULES_VARIABLE
+from support.environment import provider_modules
+from support.text import one_line
 from workloads.batch import JaggedBatch
 
 MODES = ("fwd", "bwd", "fwd_bwd")
@@ -127,6 +129,10 @@ class Provider:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
 
 
+class ProviderModuleError(ImportError):
+    """A module named in GDPA_BENCH_PROVIDERS does not import: one line naming it."""
+
+
 _REGISTRY: dict[str, type[Provider]] = {}
 _loaded = False
 
@@ -142,14 +148,22 @@ def register(cls: type[Provider]) -> type[Provider]:
 
 def _load_all() -> None:
     """Import every provider module: the built-in ones, then those named in GDPA_BENCH_PROVIDERS
-    (comma-separated module paths) — how a user adds a kernel without touching this package."""
+    (comma-separated module paths) — how a user adds a kernel without touching this package. A user's
+    module that does not import is a `ProviderModuleError` (one line), raised again on the next call."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    extra = [m.strip() for m in os.environ.get("GDPA_BENCH_PROVIDERS", "").split(",") if m.strip()]
-    for module in (*PROVIDER_MODULES, *extra):
+    for module in PROVIDER_MODULES:
         importlib.import_module(module)
+    for module in provider_modules():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # ImportError, or anything the module raises while it loads
+            raise ProviderModuleError(
+                f"{PROVIDER_MODULES_VARIABLE}: the module {module!r} does not import ({one_line(exc)}); allowed: "
+                "comma-separated importable module paths"
+            ) from None
+    _loaded = True
 
 
 def provider_names() -> list[str]:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.registry import CaseSpec, Provider, register
+from support.text import one_line
 from workloads.batch import JaggedBatch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -98,11 +99,6 @@ def dense_sdpa(batch: JaggedBatch, spec: CaseSpec, backends: Sequence) -> torch.
 
 
 # ---- availability -----------------------------------------------------------------------------
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def _torch_backend_reason(batch: JaggedBatch, spec: CaseSpec, backend_name: str) -> str | None:
@@ -178,9 +174,7 @@ class _DenseSDPA(Provider):
             out = dense_sdpa(b, CaseSpec(), [self._backend()])
             torch.cuda.synchronize(device)
         except Exception as exc:  # the failure is the reason
-            reason = (
-                f"the {self.backend_attr} SDPA backend is not usable on {gpu}: trial call failed ({_first_line(exc)})"
-            )
+            reason = f"the {self.backend_attr} SDPA backend is not usable on {gpu}: trial call failed ({one_line(exc)})"
             return {"fwd": reason, "bwd": reason}
         try:
             torch.autograd.grad(out, (b.q, b.k, b.v), torch.ones_like(out))
@@ -189,8 +183,7 @@ class _DenseSDPA(Provider):
             return {
                 "fwd": None,
                 "bwd": (
-                    f"the {self.backend_attr} SDPA backward is not usable on "
-                    f"{gpu}: trial call failed ({_first_line(exc)})"
+                    f"the {self.backend_attr} SDPA backward is not usable on {gpu}: trial call failed ({one_line(exc)})"
                 ),
             }
         return {"fwd": None, "bwd": None}

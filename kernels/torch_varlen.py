@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 
 from kernels.registry import CaseSpec, Provider, register
+from support.text import one_line
 from workloads.batch import JaggedBatch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -134,14 +135,14 @@ class TorchVarlenProvider(Provider):
             out = self.forward(b, CaseSpec())
             torch.cuda.synchronize(device)
         except Exception as exc:  # the failure is the reason
-            reason = f"torch {torch.__version__} varlen_attn trial call failed: {_first_line(exc)}"
+            reason = f"torch {torch.__version__} varlen_attn trial call failed: {one_line(exc)}"
             result["fwd"] = result["bwd"] = reason
             return result
         try:
             torch.autograd.grad(out, (b.q, b.k, b.v), torch.ones_like(out))
             torch.cuda.synchronize(device)
         except Exception as exc:  # the failure is the reason
-            result["bwd"] = f"torch {torch.__version__} varlen_attn has no working backward: {_first_line(exc)}"
+            result["bwd"] = f"torch {torch.__version__} varlen_attn has no working backward: {one_line(exc)}"
         return result
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
@@ -175,8 +176,3 @@ class TorchVarlenProvider(Provider):
             batch.q, batch.k, batch.v, batch.q_offsets, batch.kv_offsets, int(batch.max_q), int(batch.max_kv), **kw
         )
         return out[0] if isinstance(out, (tuple, list)) else out
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]

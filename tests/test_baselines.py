@@ -91,17 +91,14 @@ def test_fa4_missing_package_reason(monkeypatch):
     assert reason == "flash-attn-4 not installed (pip install -e '.[fa4]')"
 
 
-def test_fa4_missing_dependency_reason(monkeypatch):
-    def broken():
-        raise ModuleNotFoundError("No module named 'cutlass'", name="cutlass")
-
-    monkeypatch.setattr(fa4, "_import_varlen_func", broken)
-    reason = fa4.FA4Provider().availability(torch.device("cuda"))
-    assert "dependency is missing" in reason and "cutlass" in reason
+def test_fa4_reports_its_package_probe(monkeypatch):
+    monkeypatch.setattr(fa4, "_package_reason", lambda: "flash-attn-4 is installed but cutlass is missing: x")
+    _fake_gpu(monkeypatch)  # the package's reason comes before any device check
+    assert fa4.FA4Provider().availability(torch.device("cuda")) == "flash-attn-4 is installed but cutlass is missing: x"
 
 
 def test_fa4_no_cuda_reason(monkeypatch):
-    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: lambda *a, **k: None)
+    monkeypatch.setattr(fa4, "_package_reason", lambda: None)
     _no_cuda(monkeypatch)
     assert fa4.FA4Provider().availability(torch.device("cuda")) == "CUDA not available"
 
@@ -110,7 +107,7 @@ def test_fa4_no_cuda_reason(monkeypatch):
     "cap,ok", [((9, 0), True), ((10, 0), True), ((10, 3), True), ((8, 0), False), ((8, 9), False), ((12, 0), False)]
 )
 def test_fa4_compute_capability(monkeypatch, cap, ok):
-    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: lambda *a, **k: None)
+    monkeypatch.setattr(fa4, "_package_reason", lambda: None)
     _fake_gpu(monkeypatch, cap=cap, name="NVIDIA TestGPU")
     reason = fa4.FA4Provider().availability(torch.device("cuda", 0))
     if ok:
@@ -123,7 +120,7 @@ def test_fa4_compute_capability(monkeypatch, cap, ok):
 
 
 def test_fa4_cpu_device_reason(monkeypatch):
-    monkeypatch.setattr(fa4, "_import_varlen_func", lambda: lambda *a, **k: None)
+    monkeypatch.setattr(fa4, "_package_reason", lambda: None)
     _fake_gpu(monkeypatch)
     assert "CUDA devices only" in fa4.FA4Provider().availability(torch.device("cpu"))
 

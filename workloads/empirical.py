@@ -22,6 +22,8 @@ import re
 
 import numpy as np
 
+from support.text import one_line
+
 _PARQUET = (".parquet", ".pq")
 _TABLE_SEP = {".csv": ",", ".tsv": "\t"}
 _INT = re.compile(r"[+-]?\d+")
@@ -37,13 +39,7 @@ class LengthsFileError(ValueError):
 
     def __init__(self, path, message: str):
         self.path = str(path)
-        super().__init__(_one_line(f"{path}: {message}"))
-
-
-def _one_line(text: str, limit: int = 400) -> str:
-    # messages from pandas/pyarrow can span lines; the CLI prints exactly one
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
+        super().__init__(one_line(f"{path}: {message}", 400))  # pandas/pyarrow messages can span lines
 
 
 def _show(x, limit: int = 40) -> str:

@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from support.text import one_line
+
 NVML_SUCCESS = 0
 MISSING = -1  # "not read" in the sampler's integer columns
 # nvmlValueType_t -> member of the c_nvmlValue_t union
@@ -20,11 +22,6 @@ VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5:
 
 class PowerReadError(Exception):
     """The power read failed: the sampler stops and records why."""
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().replace("\n", " ") or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def decode_name(name: Any) -> str:
@@ -105,18 +102,22 @@ class NvmlDevice:
             try:
                 import pynvml as nvml  # noqa: PLC0415  (optional: nvidia-ml-py; absent means "unavailable")
             except Exception as exc:  # ImportError, or a broken install
-                self.unavailable_reason = f"NVML not available: cannot import pynvml (nvidia-ml-py): {one_line(exc)}"
+                self.unavailable_reason = (
+                    f"NVML not available: cannot import pynvml (nvidia-ml-py): {one_line(exc, type_name=False)}"
+                )
                 return
         self.nvml = nvml
         try:
             nvml.nvmlInit()
         except Exception as exc:
-            self.unavailable_reason = f"NVML not available: nvmlInit failed: {one_line(exc)}"
+            self.unavailable_reason = f"NVML not available: nvmlInit failed: {one_line(exc, type_name=False)}"
             return
         try:
             self.handle = nvml.nvmlDeviceGetHandleByIndex(self.index)
         except Exception as exc:
-            self.unavailable_reason = f"NVML not available: no handle for GPU index {self.index}: {one_line(exc)}"
+            self.unavailable_reason = (
+                f"NVML not available: no handle for GPU index {self.index}: {one_line(exc, type_name=False)}"
+            )
             self.shutdown()
             return
         h = self.handle
@@ -144,7 +145,7 @@ class NvmlDevice:
             if value <= 0:
                 instant_problem = f"field returned {value} mW"
         except Exception as exc:
-            instant_problem = one_line(exc)
+            instant_problem = one_line(exc, type_name=False)
         if instant_problem is None:
             self.power_source = "instant"
             self.power_source_note = (
@@ -156,7 +157,7 @@ class NvmlDevice:
         except Exception as exc:
             self.unavailable_reason = (
                 f"NVML power not readable on GPU {self.index}: instant field: {instant_problem}; "
-                f"nvmlDeviceGetPowerUsage: {one_line(exc)}"
+                f"nvmlDeviceGetPowerUsage: {one_line(exc, type_name=False)}"
             )
             return False
         self.power_source = "average"

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.monitor.measure import power_of_window, run_for
-from bench.monitor.nvml import MISSING, NvmlDevice, PowerReadError, one_line
+from bench.monitor.nvml import MISSING, NvmlDevice, PowerReadError
 from bench.monitor.reasons import decode_reasons
 from bench.monitor.summary import AT_CAP_FRACTION
 from reports.results import atomic_write, power_csv_text
+from support.text import one_line
 
 
 def _value(v: int) -> int | None:
@@ -106,7 +107,7 @@ class PowerMonitor:
         try:
             return self._sample(as_dict=True)
         except Exception as exc:
-            self.error = f"NVML power read failed: {one_line(exc)}"
+            self.error = f"NVML power read failed: {one_line(exc, type_name=False)}"
             return None
 
     def _sample(self, as_dict: bool = False) -> dict | None:
@@ -115,7 +116,7 @@ class PowerMonitor:
         try:
             power = dev.read_power_w()
         except Exception as exc:
-            raise PowerReadError(one_line(exc)) from exc
+            raise PowerReadError(one_line(exc, type_name=False)) from exc
         t = time.monotonic()
         sm, mem, temp, mask = dev.read_sm_clock(), dev.read_mem_clock(), dev.read_temperature(), dev.read_reason_mask()
         energy, t_energy = MISSING, math.nan
@@ -244,7 +245,7 @@ class PowerMonitor:
                 self.error = f"NVML power read failed: {exc}"
                 return
             except Exception as exc:  # a bug here must not kill the benchmark either
-                self.error = f"power monitor stopped: {type(exc).__name__}: {one_line(exc)}"
+                self.error = f"power monitor stopped: {one_line(exc)}"
                 return
             next_t += period
             delay = next_t - time.monotonic()

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.errors import UsageError, one_line
+from bench.errors import UsageError
 from bench.shard.plan import PLAN_FILE, read_plan
 from reports.results import SCHEMA, ResultsWriter, append_timeline, atomic_write, read_power_text, read_results
+from support.text import one_line
 
 
 def now_utc() -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bench.config import LoadedConfig, default_run_dir, load_config
-from bench.errors import UsageError, one_line
+from bench.errors import UsageError
 from bench.rundir import check_new_run_dir
 from bench.selection import select_cases
 from bench.shard.local import REPO_ROOT, conclude, run_local
@@ -23,8 +23,9 @@ from bench.shard.merge import merge_planned
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, shard_cases, write_plan
 from bench.signals import interrupts
 from reports.results import read_results
+from support.environment import SLURM_ARGS, slurm_args
+from support.text import one_line
 
-SLURM_ARGS_ENV = "GDPA_BENCH_SLURM_ARGS"
 CPUS_PER_GPU = 4
 
 
@@ -36,10 +37,10 @@ def slurm_executor(folder: Path, name: str, gpus_per_node: int, timeout_min: int
     import submitit  # noqa: PLC0415  (optional: the cluster extra)
 
     extra: dict[str, str] = {}
-    for item in filter(None, (x.strip() for x in os.environ.get(SLURM_ARGS_ENV, "").split(","))):
+    for item in slurm_args():
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"{SLURM_ARGS_ENV}: expected key=value items separated by commas, got {item!r}")
+            raise UsageError(f"{SLURM_ARGS}: expected key=value items separated by commas, got {item!r}")
         extra[key.strip().replace("-", "_")] = val.strip()
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
@@ -47,7 +48,7 @@ def slurm_executor(folder: Path, name: str, gpus_per_node: int, timeout_min: int
         raise UsageError(f"bench submit: {exc} (--local runs the nodes on this machine)") from None
     cpus = extra.pop("cpus_per_task", str(CPUS_PER_GPU * gpus_per_node))
     if not cpus.isdigit() or int(cpus) < 1:
-        raise UsageError(f"{SLURM_ARGS_ENV}: cpus_per_task must be a positive integer, got {cpus!r}")
+        raise UsageError(f"{SLURM_ARGS}: cpus_per_task must be a positive integer, got {cpus!r}")
     params = dict(
         name=name,
         nodes=1,
