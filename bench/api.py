@@ -6,7 +6,7 @@
 
 It does what `python -m bench run` does, without the report: validate the config, run the selected
 cases into a run folder (results.json, results.csv, results.parquet, power.csv), and return the cases
-as `reports.load_run` reads them back. Bad input raises `ConfigError` / `UsageError` with the CLI's
+as `results.load_run` reads them back. Bad input raises `ConfigError` / `UsageError` with the CLI's
 one line; a failing kernel is a row with `status == "failed"`, never an exception.
 """
 
@@ -28,7 +28,7 @@ def run(
     device: int | str | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Run a sweep and return its cases as a DataFrame (one row per case, `reports.load_run`'s columns).
+    """Run a sweep and return its cases as a DataFrame (one row per case, `results.load_run`'s columns).
 
     - `config`: a YAML path, or a dict with the same fields (validated exactly like the YAML; errors
       name `<config dict>` as the file).
@@ -50,7 +50,7 @@ def run(
     from bench.rundir import check_new_run_dir
     from bench.runner import Runner
     from bench.selection import select_cases
-    from reports.metrics import load_run
+    from results.frame import load_run
 
     cfg = load_config(config)
     cases = select_cases(cfg, only, providers)

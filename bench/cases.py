@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from workloads import build_lengths, make_batch
+from results.figures import case_flops
+from workloads import build_lengths, make_batch, work_pairs
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -67,6 +68,38 @@ class Workload:
             q, kv, H=self.H, Hkv=self.Hkv, D=self.D, dtype=dtype_of(self.dtype), device=device, seed=self.seed
         )
 
+    def flops(self, mode: str, lengths: tuple[np.ndarray, np.ndarray]) -> float:
+        """The FLOPs of one call in `mode` on these lengths (the peers' convention: results.figures)."""
+        q, kv = lengths
+        return case_flops(self.H, self.D, work_pairs(q, kv, causal=self.causal).sum(), mode)
+
+    def record_fields(self, wstats: dict) -> dict:
+        """The case record's `workload` block: the parameters and the statistics of its lengths."""
+        return {
+            "name": self.name,
+            "family": self.family,
+            "params": self.family_params,
+            "pairing": self.rule,
+            "pairing_params": self.rule_params,
+            "sorted": self.sort_by_length,
+            "B": self.B,
+            "H": self.H,
+            "Hkv": self.Hkv,
+            "D": self.D,
+            "causal": self.causal,
+            "alpha": self.alpha,
+            "qk_scale": self.qk_scale,
+            "max_q": wstats["max_q"],
+            "max_kv": wstats["max_kv"],
+            "total_q": wstats["total_q"],
+            "total_kv": wstats["total_kv"],
+            "padding_waste": wstats["padding_waste"],
+            "flop_waste": wstats["flop_waste"],
+            "imbalance": wstats["imbalance"],
+            "seed": self.seed,
+            "lengths_sha256": wstats["lengths_sha256"],
+        }
+
 
 @dataclass(frozen=True)
 class ProviderSpec:
@@ -89,6 +122,35 @@ class Case:
     @property
     def spec(self) -> ProviderSpec:
         return ProviderSpec(self.provider, self.provider_name or self.provider, dict(self.options))
+
+    def identity_fields(
+        self,
+        semantics: str,
+        options: dict | None,
+        wstats: dict,
+        flops: float,
+        gpu_index: int | None,
+        gpu_name: str | None,
+    ) -> dict:
+        """What the case record says about the case before it runs (results.record.new_case_record)."""
+        w = self.workload
+        return {
+            "id": self.id,
+            "set": w.set,
+            "max_len": w.max_len,
+            "sweep": dict(w.sweep),
+            "provider": self.provider,
+            "provider_name": self.provider_name or self.provider,
+            "provider_options": options,
+            "semantics": semantics,
+            "mode": self.mode,
+            "dtype": w.dtype,
+            "activation": w.activation if semantics == "gdpa" else "softmax",
+            "workload": w.record_fields(wstats),
+            "flops": flops,
+            "gpu_index": gpu_index,
+            "gpu_name": gpu_name,
+        }
 
 
 def as_list(v: Any) -> list:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ConfigError, UsageError
-from reports.results import ResultsWriteError
+from results.files import ResultsWriteError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -129,7 +129,7 @@ def cmd_report(a) -> int:
     if not (run_dir / "results.json").is_file():
         raise UsageError(f"{run_dir}: no results.json in this folder")
     from reports.render import render_report
-    from reports.results import ResultsError, read_results
+    from results.files import ResultsError, read_results
 
     try:
         if a.baseline is not None:
@@ -147,6 +147,31 @@ def cmd_report(a) -> int:
         raise ResultsWriteError.of(run_dir / "report.md", exc) from None
     for kind, p in paths.items():
         print(f"{kind}: {p}")
+    return 0
+
+
+def _results(run: str) -> dict:
+    from results.files import ResultsError, read_results
+
+    try:
+        return read_results(run)
+    except ResultsError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_table(a) -> int:
+    from reports.table import tflops_table
+
+    data = _results(a.run_dir)
+    print(tflops_table(data, a.providers.split(",") if a.providers else None, a.modes.split(",")))
+    return 0
+
+
+def cmd_power_checks(a) -> int:
+    from reports.power_claims import claims
+    from results.power import power_counts
+
+    print("\n".join(claims(power_counts(_results(a.run_dir)["cases"]))))
     return 0
 
 
@@ -229,6 +254,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="CI perf-regression gate: exit 1 on regression", add_help=False)
     c.set_defaults(fn=None)
+
+    t = sub.add_parser("table", help="a Markdown TFLOP/s table (shapes x provider/mode) of a run, for READMEs")
+    t.add_argument("run_dir")
+    t.add_argument("--providers", help="comma-separated provider labels, in column order")
+    t.add_argument("--modes", default="fwd,bwd", help="comma-separated modes (default fwd,bwd)")
+    t.set_defaults(fn=cmd_table)
+
+    pc = sub.add_parser("power-checks", help="a run's power counts: at the cap, above it, estimators apart")
+    pc.add_argument("run_dir")
+    pc.set_defaults(fn=cmd_power_checks)
 
     w = sub.add_parser("workloads", help="workload statistics and length histograms (no GPU needed)")
     w.add_argument("config")

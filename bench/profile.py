@@ -27,7 +27,7 @@ from bench.reporting import render
 from bench.runner import spec_for
 from bench.selection import select_cases
 from kernels.registry import get_provider
-from reports.results import ResultsWriter, read_results
+from results.files import ResultsWriter, read_results
 
 METRIC_TC = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 METRIC_CLK = "sm__cycles_elapsed.avg.per_second"

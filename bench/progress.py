@@ -41,3 +41,12 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def format_rate(tflops: float | None) -> str:
+    """TFLOP/s for a log line; below 1 TFLOP/s (CPU runs) in GFLOP/s, never a bare "0.0"."""
+    if tflops is None:
+        return "—"
+    if tflops >= 1 or tflops == 0:
+        return f"{tflops:.4g} TFLOP/s"
+    return f"{tflops * 1e3:.4g} GFLOP/s"

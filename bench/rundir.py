@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.config import LoadedConfig
 from bench.errors import UsageError
-from reports.results import ResultsError, read_results
+from results.files import ResultsError, read_results
 
 PLAN_FILE = "multigpu.json"  # the plan of a sharded run (bench.shard.plan)
 

@@ -27,20 +27,13 @@ from bench.cases import Case, Workload
 from bench.config import LoadedConfig, default_run_dir
 from bench.gate import correctness
 from bench.monitor import PowerMonitor
-from bench.progress import Progress
-from bench.record import base_record, case_flops, format_rate, timing_fields
+from bench.progress import Progress, format_rate
 from bench.signals import interrupts
 from bench.timing import Samples, sync_for, time_cpu, time_cuda
 from kernels.registry import CaseSpec, Provider, get_provider
-from reports.results import (
-    ResultsWriteError,
-    ResultsWriter,
-    append_timeline,
-    atomic_write,
-    power_csv_text,
-    read_power_text,
-    read_results,
-)
+from results.files import ResultsWriteError, ResultsWriter, atomic_write, read_results
+from results.power_csv import append_timeline, power_csv_text, read_power_text
+from results.record import new_case_record, timing_fields
 from support.text import one_line
 from workloads import stats
 
@@ -193,7 +186,9 @@ class Runner:
         except BaseException:  # recorded by run_case as the case's error
             pass
         gpu = (self.device.index or 0) if self.device.type == "cuda" else None
-        return base_record(case, semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu"))
+        return new_case_record(
+            **case.identity_fields(semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu"))
+        )
 
     def time(self, fn) -> Samples:
         t = self.m.timing
@@ -353,7 +348,7 @@ class Runner:
             build_error = f"building the batch failed: {one_line(exc)}"
         for case in group:
             self.progress.started(case.id)
-            flops = case_flops(w, q_len, kv_len, case.mode)
+            flops = w.flops(case.mode, (q_len, kv_len))
             if self.monitor:
                 self.monitor.begin_case(case.id)
             if batch is None:
@@ -370,7 +365,7 @@ class Runner:
         _free(self.device)
 
     def _write_power(self) -> None:
-        """power.csv; a resumed run's timeline is stitched after the earlier one's (reports.results)."""
+        """power.csv; a resumed run's timeline is stitched after the earlier one's (results.power_csv)."""
         path = self.run_dir / "power.csv"
         text = power_csv_text(self.monitor.samples())
         old = read_power_text(path) if self.resume else None

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from reports.document import DASH, Image, Section, Table
-from reports.metrics import load_run
 from reports.plots import make_all_plots
 from reports.sections import build_sections
+from results.frame import load_run
 
 # -------------------------------------------------------------------------------------------- writers
 

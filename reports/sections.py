@@ -11,11 +11,11 @@ from typing import Any
 
 import pandas as pd
 
+from kernels.registry import MODES
 from reports.document import DASH, Image, Section, Table, fmt, fmt_date, isnum
 from reports.environment import environment_table
-from reports.metrics import best_by_shape, provider_label
-from reports.power_checks import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
-from reports.results import MODES
+from results.frame import provider_label
+from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
 
 # ------------------------------------------------------------------------------------------- sections
 
@@ -27,6 +27,15 @@ def _shape_sort_key(df: pd.DataFrame) -> pd.DataFrame:
         _sw=df["sweep_label"].astype(str),
         _L=df["max_len"].fillna(-1),
     ).sort_values(["_set", "_m", "_sw", "_L"], kind="stable")
+
+
+def best_by_shape(df: pd.DataFrame, semantics: str) -> pd.DataFrame:
+    """Per shape, the ok case of `semantics` with the highest TFLOP/s (lowest time) — one row each."""
+    sub = df[(df["status"] == "ok") & (df["semantics"] == semantics) & df["median_ms"].notna()]
+    if sub.empty:
+        return sub
+    idx = sub.groupby("shape")["median_ms"].idxmin()
+    return sub.loc[idx.values].set_index("shape", drop=False)
 
 
 def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:

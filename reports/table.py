@@ -1,16 +1,9 @@
-"""A compact TFLOP/s table (shapes × provider/mode) from results.json, in Markdown — for READMEs.
-
-python -m reports.table RUN_DIR [--providers gdpa_triton,fa4] [--modes fwd,bwd]
-"""
+"""A compact TFLOP/s table (shapes × provider/mode) from results.json, in Markdown — for READMEs:
+`gdpa-bench table RUN_DIR [--providers gdpa_triton,fa4] [--modes fwd,bwd]`."""
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 import pandas as pd
-
-from reports.results import ResultsError, read_results
 
 
 def tflops_table(data: dict, providers: list[str] | None, modes: list[str]) -> str:
@@ -38,22 +31,3 @@ def tflops_table(data: dict, providers: list[str] | None, modes: list[str]) -> s
     lines = ["| shape | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     lines += [f"| {s} | " + " | ".join(t.loc[s]) + " |" for s in t.index]
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run")
-    p.add_argument("--providers")
-    p.add_argument("--modes", default="fwd,bwd")
-    a = p.parse_args(argv)
-    try:
-        data = read_results(a.run)
-    except ResultsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(tflops_table(data, a.providers.split(",") if a.providers else None, a.modes.split(",")))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

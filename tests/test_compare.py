@@ -364,7 +364,7 @@ def test_malformed_results_exit_2_naming_file_and_field(tmp_path, capsys, name, 
 
 
 def test_compare_runs_checks_its_input_too():
-    from reports.results import ResultsError
+    from results.files import ResultsError
 
     good = synth.make_results([case("gdpa_triton", noisy(1.0))])
     with pytest.raises(ResultsError, match=r"^current: cases\[0\] .*status: missing"):

@@ -27,7 +27,7 @@ from bench.monitor import (
     gpu_index_from_device,
     summarize_samples,
 )
-from reports.results import POWER_COLUMNS as CSV_COLUMNS
+from results.power_csv import POWER_COLUMNS as CSV_COLUMNS
 
 TRACE_PATH = Path(__file__).parent / "fixtures" / "nvml_trace.json"
 

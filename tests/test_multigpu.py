@@ -19,8 +19,8 @@ from bench.cli import main
 from bench.config import load_config
 from bench.errors import UsageError
 from bench.shard import case_cost, lpt, merge_planned, merge_run_dirs, parse_gpus, shard_cases, slurm
-from reports.results import ResultsWriter
-from reports.results import read_results as load_results
+from results.files import ResultsWriter
+from results.files import read_results as load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -305,8 +305,8 @@ def test_merge_run_dirs_keeps_finished_cases_and_reports_missing(tmp_path):
     assert [r.split(",")[1] for r in power[1:]] == ["0", "0", "1", "1", "1"]  # re-labelled by shard
     assert (out / "results.csv").read_text().count("\n") == 4  # header + 3 cases
     # the report reads it
-    from reports.metrics import load_run
-    from reports.results import read_power
+    from results.frame import load_run
+    from results.power_csv import read_power
 
     _, frame, _ = load_run(out)
     assert list(frame["id"]) == ["a", "b", "c"] and list(frame["gpu_index"]) == [0, 0, 1]

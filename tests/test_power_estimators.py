@@ -12,8 +12,10 @@ from test_monitor import CONST, FakeClock, make
 
 from bench import monitor as M
 from bench.case_power import CasePower
+from bench.cli import main
 from bench.monitor.measure import power_of_window
-from reports.power_checks import claims, main, power_counts, power_flags
+from reports.power_claims import claims
+from results.power import power_counts, power_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,11 +152,11 @@ def test_power_counts_and_the_sentences():
 
 
 def test_power_checks_on_the_committed_example_run(capsys):
-    assert main([str(ROOT / "docs" / "example-h200")]) == 0
+    assert main(["power-checks", str(ROOT / "docs" / "example-h200")]) == 0
     out = capsys.readouterr().out
     # the committed run (800127f, settle pre-roll): README and power-estimators.md quote these counts
     assert "sw_power_cap was set during the energy loop of 212 of 293 cases" in out
     assert "0 of 293 cases average above 700 W + 3%" in out
     assert "3 of 293 cases have their two power estimators" in out
-    assert main([str(ROOT / "nowhere")]) == 2
+    assert main(["power-checks", str(ROOT / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err

@@ -10,8 +10,8 @@ import torch
 
 from bench.profile import parse_ncu_csv, summarize
 from kernels.activations import ACTIVATIONS, TORCH_NATIVE
-from reports.metrics import load_run
 from reports.render import render_report
+from results.frame import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

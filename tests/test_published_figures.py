@@ -13,18 +13,19 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.record import timing_fields
+from bench.cli import main
 from bench.timing import Samples
 from reports import table
+from results.record import timing_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_table() -> tuple[list[str], str]:
-    """The `python -m reports.table ...` arguments the README names, and the table block after them."""
+    """The `python -m bench table ...` arguments the README names, and the table block after them."""
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"`python -m reports\.table ([^`]+)`", text)
-    assert m, "the README names no `python -m reports.table ...` command"
+    m = re.search(r"`python -m bench table ([^`]+)`", text)
+    assert m, "the README names no `python -m bench table ...` command"
     lines = text[m.end() :].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     block = []
@@ -38,7 +39,7 @@ def readme_table() -> tuple[list[str], str]:
 def test_readme_table_is_a_fresh_render_of_the_committed_example(capsys):
     args, block = readme_table()
     assert args[0] == "docs/example-h200"
-    assert table.main([str(ROOT / args[0]), *args[1:]]) == 0
+    assert main(["table", str(ROOT / args[0]), *args[1:]]) == 0
     fresh = capsys.readouterr().out.strip()
     assert fresh.count("\n") >= 13  # header, rule, 12 peer shapes
     assert block == fresh

@@ -18,10 +18,13 @@ import pandas as pd
 import pytest
 from matplotlib import image as mpimg
 
-from reports import metrics, plots
-from reports.metrics import load_run, min_bytes, tflops, utilization
+from reports import plots
 from reports.render import render_report
-from reports.results import ResultsError, read_power
+from results import figures, frame
+from results.figures import min_bytes, tflops, utilization
+from results.files import ResultsError
+from results.frame import load_run
+from results.power_csv import read_power
 
 FIX = Path(__file__).parent / "fixtures"
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
@@ -69,10 +72,10 @@ def test_tflops_and_utilization_arithmetic():
     np.testing.assert_allclose(tflops([1e12, 3e12], [1.0, 2.0]), [1000.0, 1500.0])
     assert utilization(494.5, 989) == pytest.approx(0.5)
     assert math.isnan(utilization(100, None)) and math.isnan(utilization(100, 0))
-    assert metrics.energy_per_call(500, 2.0) == pytest.approx(1.0)
-    assert metrics.tflops_per_watt(350, 700) == pytest.approx(0.5)
-    assert metrics.peak_for({"bf16": 989}, "bf16") == 989 and math.isnan(metrics.peak_for({}, "bf16"))
-    assert metrics.peak_for(700.0, "fp32") == 700.0
+    assert figures.energy_per_call(500, 2.0) == pytest.approx(1.0)
+    assert figures.tflops_per_watt(350, 700) == pytest.approx(0.5)
+    assert figures.ceiling_for({"bf16": 989}, "bf16") == 989 and math.isnan(figures.ceiling_for({}, "bf16"))
+    assert figures.ceiling_for(700.0, "fp32") == 700.0
 
 
 def test_min_bytes_and_intensity_by_hand():
@@ -89,7 +92,7 @@ def test_min_bytes_and_intensity_by_hand():
     assert min_bytes({**case, "dtype": "fp32"}) == 4_096_000
     assert math.isnan(min_bytes({"mode": "fwd", "dtype": "bf16"}))
     # flattened rows work too, and the frame carries intensity = flops / min_bytes
-    df = metrics.cases_frame([{**case, "id": "s/fwd/L=8/p", "status": "ok", "times_ms": [1.0, 1.0, 1.0]}])
+    df = frame.cases_frame([{**case, "id": "s/fwd/L=8/p", "status": "ok", "times_ms": [1.0, 1.0, 1.0]}])
     assert df.loc[0, "min_bytes"] == 2_048_000
     assert df.loc[0, "intensity"] == pytest.approx(4.0e9 / 2_048_000)
     assert min_bytes(df.iloc[0]) == 2_048_000

@@ -1,4 +1,4 @@
-"""reports.results, the one results contract: flattening, files, and the power-timeline stitching rule."""
+"""results.files and results.power_csv: flattening, the files, and the power-timeline stitching rule."""
 
 from __future__ import annotations
 
@@ -8,20 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from reports.results import (
-    POWER_COLUMNS,
-    SCHEMA,
-    TIMELINE_GAP_S,
-    ResultsError,
-    ResultsWriter,
-    append_timeline,
-    atomic_write,
-    csv_frame,
-    flatten_case,
-    power_csv_text,
-    read_power,
-    read_results,
-)
+from results.files import SCHEMA, ResultsError, ResultsWriter, atomic_write, csv_frame, flatten_case, read_results
+from results.power_csv import POWER_COLUMNS, TIMELINE_GAP_S, append_timeline, power_csv_text, read_power
 
 
 def frame(rows):

@@ -17,7 +17,6 @@ import torch
 from bench.cli import main
 from bench.config import load_config
 from bench.gate import check_sequences
-from bench.record import case_flops
 from kernels.registry import Provider, register
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,11 +119,14 @@ def test_statuses_and_sweep_goes_on(tmp_path, capsys):
     assert ok["correctness"]["passed"] and set(ok["correctness"]["per_tensor"]) == {"out", "dq", "dk", "dv"}
     assert len(ok["times_ms"]) >= 2 and ok["p20_ms"] <= ok["median_ms"] <= ok["p80_ms"]
     assert ok["flops"] == pytest.approx(
-        case_flops(
-            load_config(cfg).cases[0].workload,
-            np.array(data["workloads"][ok["workload"]["name"]]["q_lengths"]),
-            np.array(data["workloads"][ok["workload"]["name"]]["kv_lengths"]),
+        load_config(cfg)
+        .cases[0]
+        .workload.flops(
             "bwd",
+            (
+                np.array(data["workloads"][ok["workload"]["name"]]["q_lengths"]),
+                np.array(data["workloads"][ok["workload"]["name"]]["kv_lengths"]),
+            ),
         )
     )
     assert ok["power"] is None and data["meta"]["monitor"]["unavailable_reason"] == "no GPU (CPU run)"
@@ -223,9 +225,9 @@ def test_flops_follow_the_peer_convention():
     cfg = load_config(ROOT / "configs" / "h200.yaml")
     w = next(c.workload for c in cfg.cases if c.workload.name == "set1/L=1024/fill=1.0")
     q = np.full(1152, 1024)
-    fwd = case_flops(w, q, q, "fwd")
+    fwd = w.flops("fwd", (q, q))
     assert fwd == 4 * 4 * 128 * 1152 * 1024 * 1024
-    assert case_flops(w, q, q, "bwd") == 2.5 * fwd and case_flops(w, q, q, "fwd_bwd") == 3.5 * fwd
+    assert w.flops("bwd", (q, q)) == 2.5 * fwd and w.flops("fwd_bwd", (q, q)) == 3.5 * fwd
 
 
 def test_smoke_config_pipeline_subset(tmp_path):
@@ -360,7 +362,7 @@ def test_progress_is_one_live_bar_with_case_lines_above_it():
 
 
 def test_case_lines_print_cpu_rates_with_significant_digits():
-    from bench.record import format_rate
+    from bench.progress import format_rate
     from bench.runner import case_line
 
     assert format_rate(3.2e-7) == "0.00032 GFLOP/s" and format_rate(0.5) == "500 GFLOP/s"
@@ -446,7 +448,7 @@ def _only_line(err: str) -> str:
 def test_disk_full_while_writing_results_is_one_line_and_leaves_no_temp_file(tmp_path, capsys, monkeypatch):
     import errno
 
-    import reports.results as results_module
+    import results.files as results_module
 
     cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
     out = tmp_path / "run"
@@ -471,7 +473,7 @@ def test_read_only_places_are_one_line(tmp_path, capsys, monkeypatch):
     import errno
 
     import bench.rundir
-    import reports.results as results_module
+    import results.files as results_module
 
     cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
     # a folder the user cannot write: refused before anything runs

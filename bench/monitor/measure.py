@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.monitor.summary import counter_ticks, energy_from_ticks, summarize_samples
-from reports.power_checks import power_flags
+from results.power import power_flags
 
 
 def run_for(

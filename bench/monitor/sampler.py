@@ -14,7 +14,8 @@ from bench.monitor.measure import power_of_window, run_for
 from bench.monitor.nvml import MISSING, NvmlDevice, PowerReadError
 from bench.monitor.reasons import decode_reasons
 from bench.monitor.summary import AT_CAP_FRACTION
-from reports.results import atomic_write, power_csv_text
+from results.files import atomic_write
+from results.power_csv import power_csv_text
 from support.text import one_line
 
 
@@ -201,7 +202,7 @@ class PowerMonitor:
             self._markers.clear()
 
     def write_csv(self, path: Any) -> None:
-        """power.csv (reports.results.POWER_COLUMNS): one row per sample; reasons joined with "|", missing
+        """power.csv (results.power_csv.POWER_COLUMNS): one row per sample; reasons joined with "|", missing
         values empty."""
         atomic_write(path, power_csv_text(self.samples()))
 
@@ -341,7 +342,7 @@ class PowerMonitor:
           figure's span: the second estimator of the same energy;
         - ``headline_w`` (the one figure a report shows: ``avg_w_from_energy``, else ``avg_w``),
           ``estimator_diff`` / ``estimators_disagree`` (``avg_w_same_span`` vs the counter, > 5%) and
-          ``above_cap`` (headline > cap + 3%): `reports.power_checks.power_flags`;
+          ``above_cap`` (headline > cap + 3%): `results.power.power_flags`;
         - ``settle_s``: the pre-roll's length (s);
         - ``tflops`` (if ``flops_per_call``), ``tflops_per_w`` (over ``avg_w_from_energy``, else
           ``avg_w``);

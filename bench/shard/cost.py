@@ -6,7 +6,7 @@ absolute figures are a rough guide (docs/DESIGN.md §10).
 from __future__ import annotations
 
 from bench.cases import Case, Workload
-from bench.record import FLOP_FACTOR
+from results.figures import case_flops
 from workloads import work_pairs
 
 # Nominal rates that turn FLOPs into seconds: an attention kernel on a datacenter GPU, the Triton
@@ -31,9 +31,9 @@ def workload_pairs(w: Workload) -> float:
 
 
 def case_flops_estimate(case: Case) -> float:
-    """The runner's FLOP count of a case (bench.record.case_flops, the peers' convention)."""
+    """The runner's FLOP count of a case (the peers' convention: results.figures.case_flops)."""
     w = case.workload
-    return 4.0 * w.H * w.D * workload_pairs(w) * FLOP_FACTOR[case.mode]
+    return case_flops(w.H, w.D, workload_pairs(w), case.mode)
 
 
 def case_cost(case: Case, model=None) -> float:

@@ -29,7 +29,7 @@ from bench.rundir import check_new_run_dir, check_resume, resume_command
 from bench.shard.merge import merge_planned, rc_text
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
 from bench.signals import interrupts
-from reports.results import read_results
+from results.files import read_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 60.0  # after SIGTERM, how long a worker may take to write its results before SIGKILL

@@ -22,7 +22,8 @@ import pandas as pd
 
 from bench.errors import UsageError
 from bench.shard.plan import PLAN_FILE, read_plan
-from reports.results import SCHEMA, ResultsWriter, append_timeline, atomic_write, read_power_text, read_results
+from results.files import SCHEMA, ResultsWriter, atomic_write, read_results
+from results.power_csv import append_timeline, read_power_text
 from support.text import one_line
 
 
@@ -141,7 +142,7 @@ def merge_shards(
             entry["missing"] = [i for i in sh.expected if i not in recorded]
         entries.append(entry)
         # power.csv: rows re-labelled with the merged gpu_index, each shard's segment stitched after what
-        # that GPU already has (reports.results.append_timeline)
+        # that GPU already has (results.power_csv.append_timeline)
         new = read_power_text(d / "power.csv")
         if new is not None and len(new) and "time_s" in new.columns:
             if sh.gpu_index is None and "gpu_index" in new.columns:

@@ -23,7 +23,7 @@ from bench.errors import UsageError
 from bench.rundir import PLAN_FILE
 from bench.shard.cost import case_cost
 from kernels.registry import get_provider
-from reports.results import atomic_write
+from results.files import atomic_write
 
 PLAN_SCHEMA = "gdpa-bench-multigpu/1"
 

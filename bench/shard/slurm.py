@@ -22,7 +22,7 @@ from bench.shard.local import REPO_ROOT, conclude, run_local
 from bench.shard.merge import merge_planned
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, shard_cases, write_plan
 from bench.signals import interrupts
-from reports.results import read_results
+from results.files import read_results
 from support.environment import SLURM_ARGS, slurm_args
 from support.text import one_line
 

@@ -11,7 +11,7 @@ Correctness: relative Frobenius error ||got - ref|| / ||ref|| of out, dq, dk, dv
 (fp32 autograd reference, kernels/reference.py), outputs poisoned with NaN before each call (an element a
 kernel never writes shows as NaN), lengths at tile edges (0, 1, 63, 64, 65, 79, 80, 81, 127, 128, 129, ...),
 every activation, causal, GQA, head dims 64/128, fp16/bf16, alpha < 0, a batch above the scheduler-hint size.
-Timing: triton.testing.do_bench median; FLOPs 4*H*D*sum(Lq*Lk) (fwd), 2.5x that (bwd) as in bench/record.py;
+Timing: triton.testing.do_bench median; FLOPs 4*H*D*sum(Lq*Lk) (fwd), 2.5x that (bwd) as in results/figures.py;
 the peer shapes are built by workloads.pairing.build_lengths exactly as configs/h200.yaml builds them, and
 five production sets as configs/production.yaml builds them (unsorted).
 """

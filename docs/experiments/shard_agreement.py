@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 
 sys.path.insert(0, __import__("os").path.dirname(__file__) + "/../..")
-from reports.results import read_results as load_results
+from results.files import read_results as load_results
 
 
 def frame(path: str) -> pd.DataFrame:

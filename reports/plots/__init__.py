@@ -35,7 +35,7 @@ from reports.plots.power import BAND_COLUMNS, MAX_BAND_LABELS, MAX_BINS, POWER_P
 from reports.plots.roofline import ROOFLINE_COLUMNS, plot_roofline
 from reports.plots.speedup import SPEEDUP_COLUMNS, plot_speedup
 from reports.plots.tflops import TFLOPS_COLUMNS, plot_tflops_vs_length
-from reports.results import read_power
+from results.power_csv import read_power
 
 __all__ = [
     "BAND_COLUMNS",

@@ -13,7 +13,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from reports.results import MODES
+from kernels.registry import MODES
 
 DPI = 110
 

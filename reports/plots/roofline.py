@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from reports.metrics import peak_for, provider_label
+from kernels.registry import MODES
 from reports.plots.common import (
     figure,
     fmt_num,
@@ -20,7 +20,8 @@ from reports.plots.common import (
     save,
     write_csv,
 )
-from reports.results import MODES
+from results.figures import ceiling_for
+from results.frame import provider_label
 
 MODE_MARKERS = {"fwd": "o", "bwd": "s", "fwd_bwd": "^"}
 
@@ -52,8 +53,8 @@ def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[
         return [png, write_csv(pd.DataFrame(), csv, ROOFLINE_COLUMNS)]
     dtype = str(pts["dtype"].mode().iloc[0]) if pts["dtype"].notna().any() else None
     peaks = meta.get("peak_tflops") or {}
-    sheet_c, meas_c = peak_for(peaks, dtype), peak_for(meta.get("measured_gemm_tflops"), dtype)
-    sheet_b, meas_b = peak_for(meta.get("hbm_tb_s"), None), peak_for(meta.get("measured_copy_tb_s"), None)
+    sheet_c, meas_c = ceiling_for(peaks, dtype), ceiling_for(meta.get("measured_gemm_tflops"), dtype)
+    sheet_b, meas_b = ceiling_for(meta.get("hbm_tb_s"), None), ceiling_for(meta.get("measured_copy_tb_s"), None)
     compute = meas_c if meas_c == meas_c and meas_c > 0 else sheet_c
     bw = meas_b if meas_b == meas_b and meas_b > 0 else sheet_b
     ai = pts["intensity"].to_numpy(dtype=float)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.metrics import baseline_provider, provider_label, speedup_vs_baseline
 from reports.plots.common import (
     figure,
     grid,
@@ -20,6 +19,7 @@ from reports.plots.common import (
     save,
     write_csv,
 )
+from results.frame import baseline_provider, provider_label, speedup_vs_baseline
 
 # ------------------------------------------------------------------------------------------ 2. speedup
 

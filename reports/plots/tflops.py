@@ -7,7 +7,6 @@ from typing import Any
 
 import pandas as pd
 
-from reports.metrics import peak_for, provider_label
 from reports.plots.common import (
     figure,
     fmt_num,
@@ -22,6 +21,8 @@ from reports.plots.common import (
     save,
     write_csv,
 )
+from results.figures import ceiling_for
+from results.frame import provider_label
 
 # --------------------------------------------------------------------------------- 1. TFLOP/s vs length
 
@@ -97,14 +98,14 @@ def plot_tflops_vs_length(cases: pd.DataFrame, meta: dict, out_dir: str | Path) 
                 )
         ymax = float(sub["tflops"].max())
         for dtype in sorted(sub["dtype"].dropna().astype(str).unique()):
-            pk = peak_for(peaks, dtype)
+            pk = ceiling_for(peaks, dtype)
             if pk == pk and pk > 0:
                 lab = f"datasheet peak {dtype} ({fmt_num(pk)})"
                 h = ax.axhline(pk, color="black", ls=":", lw=1.2, label=lab)
                 handles.setdefault("datasheet peak", h)
                 ceil_rows.append(dict(kind="ceiling", panel=panel, label=lab, dtype=dtype, tflops=pk))
                 ymax = max(ymax, pk)
-            g = peak_for(gemm, dtype)
+            g = ceiling_for(gemm, dtype)
             if (
                 g == g
                 and g > 0

@@ -1,7 +1,5 @@
-"""Whether a case's power figures add up (docs/DESIGN.md §5), and the counts a report or the README
-states about a run:
-
-    python -m reports.power_checks RUN_DIR        # or its results.json
+"""Whether a case's power figures add up (docs/DESIGN.md §5), and a run's counts of the cases that do not
+(`gdpa-bench power-checks RUN_DIR` prints them as sentences: reports.power_claims).
 
 Per case (the runner stores `power_flags` in each case's `power`): `above_cap` when the headline power
 (the energy counter's, `avg_w_from_energy`) exceeds the cap by more than `ABOVE_CAP_MARGIN`;
@@ -12,17 +10,16 @@ their own fields where they can be (the cap check), and said to lack the rest.
 
 from __future__ import annotations
 
-import sys
+import math
 from typing import Any
-
-from reports.results import ResultsError, read_results
 
 ABOVE_CAP_MARGIN = 0.03  # a case above cap × 1.03 is flagged: the cap controller's overshoot is ~3%
 ESTIMATOR_TOLERANCE = 0.05  # counter and samples over the same span: within 5%, or the case is flagged
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    known = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if known else None
 
 
 def headline_w(power: dict) -> float | None:
@@ -69,47 +66,3 @@ def power_counts(cases: list[dict]) -> dict:
             else:
                 out[key] += bool(flags[key])
     return out
-
-
-def claims(counts: dict) -> list[str]:
-    """The counts as sentences for a report or the README."""
-    n = counts["with_power"]
-    if not n:
-        return [f"No power data: {counts['ok']} ok case(s), none with a power measurement."]
-    cap = f"{counts['cap_w']:.0f} W" if counts["cap_w"] else "the cap"
-    lines = [
-        f"{n} of {counts['ok']} ok cases have a power measurement (energy loop).",
-        f"sw_power_cap was set during the energy loop of {counts['sw_power_cap']} of {n} cases.",
-        f"{counts['above_cap']} of {n} cases average above {cap} + {ABOVE_CAP_MARGIN:.0%} (energy counter)"
-        + (f"; {counts['above_cap_unknown']} without a cap or a figure" if counts["above_cap_unknown"] else "")
-        + ".",
-    ]
-    judged = n - counts["estimators_unknown"]
-    if judged:
-        lines.append(
-            f"{counts['estimators_disagree']} of {judged} cases have their two power estimators (energy counter; "
-            f"samples over the same span) more than {ESTIMATOR_TOLERANCE:.0%} apart"
-            + (f"; {counts['estimators_unknown']} cannot be judged" if counts["estimators_unknown"] else "")
-            + "."
-        )
-    else:
-        lines.append("The estimator agreement cannot be judged: no case records avg_w_same_span (an older run).")
-    return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m reports.power_checks RUN_DIR (or its results.json)", file=sys.stderr)
-        return 2
-    try:
-        data = read_results(argv[0])
-    except ResultsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print("\n".join(claims(power_counts(data["cases"]))))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

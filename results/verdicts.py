@@ -1,5 +1,48 @@
-"""The CI gate's verdicts (reports.compare has the rules in full): per case the change of the median, the
-Mann-Whitney test of the two sample sets, the clock-normalised change and the drift of each run."""
+"""The CI gate's verdicts (`gdpa-bench compare BASE CURRENT`): per case the change of the median, the
+Mann-Whitney test of the two sample sets, the clock-normalised change and the drift of each run.
+
+The two runs (results.json files, schema `gdpa-bench/1`, or run folders holding one) are both
+checked strictly before anything is compared (`results.checks`): a gate that reads a malformed file
+as "nothing slower" would pass anything. Cases are matched by id. For each case present and ok in both:
+
+- change = (median_cur − median_base) / median_base, medians of the raw samples (`times_ms`; the
+  recorded `median_ms` when a file kept no samples);
+- p = two-sided Mann-Whitney U test of the two sample sets (scipy.stats.mannwhitneyu);
+- when both runs have an SM clock for the case, the clock-normalised change: the current time
+  scaled by clock_cur / clock_base (time × clock ∝ cycles), so a slowdown that only comes from a lower
+  clock (power cap, thermals) shows up as ≈ 0 there. The clock is the case's `sm_clock_mhz` (the
+  median SM clock while its timed samples ran), else `power.sm_clock_mhz_median` (the energy loop's),
+  else the median `sm_clock_mhz` of the run's power.csv samples tagged with the case id (older runs);
+- drift of each run = (median of the last tenth of its samples − median of the first tenth) / median
+  of the first tenth, in measurement order (computed from 20 samples up: a tenth of fewer is one
+  sample), and its p-value (Mann-Whitney, first tenth vs last tenth). The Mann-Whitney test of the
+  two runs assumes each sample set is one stationary distribution; a case whose time moved while it
+  was measured (clock or power state settling) breaks that. A drift counts when it exceeds
+  `--drift-threshold` and is significant at alpha, so that the noise of a short sample set is not
+  called drift (with alpha 0.01 a tenth needs >= 5 samples, i.e. >= 50 samples, to ever count).
+
+Verdicts (significant means p < alpha; n = samples in each run):
+
+- `failed` (fails the gate): ok in the baseline, not ok now (the message carries the current error).
+- `missing` (fails the gate unless `--allow-missing`): in the baseline, not in the current run.
+- `slower` (fails) / `faster`: significant and |change| > threshold.
+- `drifting`: the drift of either run exceeds `--drift-threshold` (default 3%) and is significant; the
+  wall-time verdict (kept in `wall_verdict`) is not trusted. Fails the gate only if the wall-time
+  verdict is `slower` and the clock-normalised change also exceeds the threshold, or no clock data
+  can explain the slowdown (CPU runs, old baselines).
+- `ambiguous`: significant and threshold/2 < |change| ≤ threshold (a real but sub-threshold change);
+  or not significant while |change| > threshold (too noisy to confirm a change that large); or fewer
+  than `--min-samples` samples on a side while |change| > threshold.
+- `same`: everything else: not significant and |change| ≤ threshold, or a tiny change
+  (≤ threshold/2), or not ok in either run.
+- `new`: in the current run only (or not ok in the baseline and ok now).
+
+Why drifting + slower fails only without a clock explanation: a case whose samples drift has a
+median that depends on where in the drift the window fell, so its wall-time change alone proves
+nothing; the clock-normalised change removes the part a clock change explains. When it is still
+beyond the threshold the kernel needs more cycles than before: a regression. When no clock was
+recorded nothing explains the slowdown away, so the gate stays conservative and fails.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +51,9 @@ from typing import Any
 
 import numpy as np
 
-from reports.compare_checks import check_results
-from reports.drift import drift
-from reports.results import read_power
+from results.checks import check_results
+from results.drift import drift
+from results.power_csv import read_power
 
 VERDICTS = ("failed", "missing", "slower", "drifting", "ambiguous", "faster", "new", "same")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from reports.results import STATUSES, ResultsError
+from results.files import STATUSES, ResultsError
 
 
 def is_number(x: Any) -> bool:

@@ -1,30 +1,15 @@
-"""Metrics over one run: the cases of results.json as a table (`load_run`) and the numbers derived from
-them for the report. Reading and flattening the files is `reports.results` (docs/DESIGN.md §6).
+"""The results frame: the cases of results.json as one pandas row each, with the figures derived from them
+(`load_run`, `cases_frame`). Reading and flattening the files is `results.files` (docs/DESIGN.md §6); the
+figures are computed by `results.figures` and `results.power`, the same functions the runner records them
+with.
 
-Conventions (all documented here once, used by plots, report and tests):
-
-- TFLOP/s = flops / (median_ms · 1e-3) / 1e12 = flops / (median_ms · 1e9). FLOPs are the peers'
-  convention recorded by the runner (docs/DESIGN.md §3), never recounted here.
-- Utilization is a fraction (0..1): achieved TFLOP/s over the datasheet dense peak of the case's dtype
-  (`meta.peak_tflops[dtype]`) and over the GEMM ceiling measured in the same run
-  (`meta.measured_gemm_tflops`, a number, or a {dtype: number} mapping).
 - Speedup of a provider on a shape = median_ms(baseline) / median_ms(provider), both on the same shape
   (the case id without its last `/provider` segment, so the mode is part of the shape). Same FLOPs on
   both sides, so this is also the TFLOP/s ratio. NaN when the baseline or the provider is not `ok`.
 - Energy per call: the runner's `power.energy_j_per_call` (NVML energy counter); when absent but an
   average power is known, estimated as avg_w · median_ms / 1000. TFLOP/s per W likewise falls back to
-  tflops / avg_w. `power_w`: the one power figure shown, the energy counter's (`power.avg_w_from_energy`),
-  else the samples' (`power.avg_w`); `power_above_cap` / `power_estimators_apart`: reports.power_checks.
-- `min_bytes`: the compulsory HBM traffic of a case (each input read once, each output written once).
-  With Q = total_q·H·D and K = total_kv·Hkv·D elements, elem = 2 bytes (bf16/fp16) or 4 (fp32):
-    fwd:      read q, k, v; write o                           -> elem · (2Q + 2K)
-    bwd:      read q, k, v, dout; write dq, dk, dv            -> elem · (3Q + 4K)
-    fwd_bwd:  the sum of both                                 -> elem · (5Q + 6K)
-  The backward count leaves out o (and the softmax LSE): GDPA's backward does not need o (there is no
-  rowsum(dO∘O) term without a softmax), and one convention for every provider keeps the roofline
-  comparable. The softmax backward reads o and a [ΣLq, H] fp32 LSE on top, a few % more bytes.
-  Arithmetic intensity = flops / min_bytes (FLOP per byte); the bandwidth roof is then
-  TB/s · intensity = TFLOP/s.
+  tflops / avg_w. `power_w`: the one power figure shown (`results.power.headline_w`);
+  `power_above_cap` / `power_estimators_apart`: its flags (`results.power.power_flags`).
 
 Every reader here tolerates missing or null fields (older or partial runs, CPU runs without power or
 peaks): a missing number becomes NaN and is shown as "—" by the report.
@@ -41,10 +26,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.power_checks import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
-from reports.results import MODES, flatten_cases, read_results
+from kernels.registry import MODES
+from results.figures import (
+    ceiling_for,
+    energy_per_call,
+    field,
+    intensity,
+    min_bytes,
+    number,
+    tflops,
+    tflops_per_watt,
+    utilization,
+)
+from results.files import flatten_cases, read_results
+from results.power import power_flags
 
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4}
 #: Columns kept as Python objects (lists) rather than flattened.
 LIST_FIELDS = ("times_ms", "power.reasons")
 
@@ -57,7 +53,7 @@ def load_run(path: str | Path, baseline: str | None = None) -> tuple[dict, pd.Da
     `add_metrics`). `baseline` overrides `meta.baseline_provider` for the speedup column. Raises
     `ResultsError` (one line) for a missing or invalid results.json.
 
-        from reports import load_run
+        from results import load_run
         meta, cases, workloads = load_run("runs/smoke-20261201T100000Z")
         cases[cases.status == "ok"][["id", "tflops", "util_peak"]]
     """
@@ -66,115 +62,6 @@ def load_run(path: str | Path, baseline: str | None = None) -> tuple[dict, pd.Da
     workloads = data["workloads"]
     cases = cases_frame(data["cases"], meta, baseline=baseline)
     return meta, cases, workloads
-
-
-# ------------------------------------------------------------------------------------------ arithmetic
-
-
-def _num(x: Any) -> float:
-    """A float, or NaN for None / non-numbers / bools."""
-    if x is None or isinstance(x, bool):
-        return math.nan
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
-
-
-def tflops(flops: Any, ms: Any) -> Any:
-    """Achieved TFLOP/s of `flops` done in `ms` milliseconds (NaN when unknown or ms ≤ 0).
-
-    Scalars give a float; arrays/Series give a 1-D float array.
-    """
-    f, m = _float_array(flops), _float_array(ms)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(m > 0, f / (m * 1e9), np.nan)
-    if np.ndim(flops) == 0 and np.ndim(ms) == 0:
-        return float(out[0])
-    return out
-
-
-def _float_array(x: Any) -> np.ndarray:
-    """1-D float array; None and non-numbers become NaN."""
-    arr = np.atleast_1d(np.asarray(x, dtype=object)).ravel()
-    return pd.to_numeric(pd.Series(arr), errors="coerce").to_numpy(dtype=float)
-
-
-def utilization(achieved_tflops: Any, peak_tflops: Any) -> float:
-    """achieved / peak as a fraction; NaN when either is unknown or the peak is not positive."""
-    a, p = _num(achieved_tflops), _num(peak_tflops)
-    if math.isnan(a) or math.isnan(p) or p <= 0:
-        return math.nan
-    return a / p
-
-
-def energy_per_call(avg_w: Any, ms: Any) -> float:
-    """Joules per call from average power (W) and time per call (ms)."""
-    w, m = _num(avg_w), _num(ms)
-    if math.isnan(w) or math.isnan(m):
-        return math.nan
-    return w * m / 1000.0
-
-
-def tflops_per_watt(achieved_tflops: Any, avg_w: Any) -> float:
-    a, w = _num(achieved_tflops), _num(avg_w)
-    if math.isnan(a) or math.isnan(w) or w <= 0:
-        return math.nan
-    return a / w
-
-
-def peak_for(value: Any, dtype: str | None) -> float:
-    """A ceiling for `dtype` from a number or a {dtype: number} mapping (NaN when unknown)."""
-    if isinstance(value, dict):
-        return _num(value.get(dtype)) if dtype is not None else math.nan
-    return _num(value)
-
-
-def _get(case: Any, dotted: str) -> Any:
-    """A field from a nested case dict or a flattened row (Series / dict with dotted keys)."""
-    if isinstance(case, pd.Series):
-        case = case.to_dict()
-    if not isinstance(case, dict):
-        return None
-    if dotted in case:
-        return case[dotted]
-    cur: Any = case
-    for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
-
-
-def min_bytes(case: Any) -> float:
-    """The fewest HBM bytes `case` must move (see the module docstring); NaN when sizes are unknown.
-
-    `case` is a case dict as in results.json or a flattened row from `load_run`.
-    """
-    dtype = _get(case, "dtype")
-    elem = ELEM_BYTES.get(str(dtype)) if dtype is not None else None
-    H, Hkv, D = (_num(_get(case, f"workload.{k}")) for k in ("H", "Hkv", "D"))
-    tq, tkv = _num(_get(case, "workload.total_q")), _num(_get(case, "workload.total_kv"))
-    if math.isnan(Hkv):
-        Hkv = H
-    mode = _get(case, "mode")
-    if elem is None or any(math.isnan(v) for v in (H, Hkv, D, tq, tkv)) or mode not in MODES:
-        return math.nan
-    q = tq * H * D
-    kv = tkv * Hkv * D
-    fwd = 2 * q + 2 * kv
-    bwd = 3 * q + 4 * kv
-    total = {"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[mode]
-    return float(elem * total)
-
-
-def intensity(flops: Any, nbytes: Any) -> float:
-    """Arithmetic intensity in FLOP/byte."""
-    f, b = _num(flops), _num(nbytes)
-    if math.isnan(f) or math.isnan(b) or b <= 0:
-        return math.nan
-    return f / b
 
 
 # ------------------------------------------------------------------------------------------- flattening
@@ -212,7 +99,7 @@ def case_keys(case: dict) -> dict:
         keys["max_len"] = case["max_len"]
     else:
         m = re.search(r"(?:^|/)L=(\d+)(?:/|$)", cid)
-        keys["max_len"] = int(m.group(1)) if m else _get(case, "workload.max_q")
+        keys["max_len"] = int(m.group(1)) if m else field(case, "workload.max_q")
     sweep = case.get("sweep")
     if isinstance(sweep, dict) and sweep:
         keys["sweep_label"] = ", ".join(f"{k}={v}" for k, v in sweep.items())
@@ -221,8 +108,8 @@ def case_keys(case: dict) -> dict:
     keys["semantics"] = case.get("semantics") if case.get("semantics") is not None else "gdpa"
     keys["label"] = provider_label(keys["provider"], keys["semantics"])
     times = case.get("times_ms")
-    keys["times_ms"] = [float(t) for t in times if _num(t) == _num(t)] if isinstance(times, list) else []
-    reasons = _get(case, "power.reasons")
+    keys["times_ms"] = [float(t) for t in times if number(t) == number(t)] if isinstance(times, list) else []
+    reasons = field(case, "power.reasons")
     keys["power.reasons"] = list(reasons) if isinstance(reasons, list) else []
     keys["n_samples"] = len(keys["times_ms"])
     return keys
@@ -369,9 +256,9 @@ def add_metrics(df: pd.DataFrame, meta: dict, baseline: str | None = None) -> pd
     gemm = meta.get("measured_gemm_tflops")
     util_p, util_m, energy, per_w, mb, ai = [], [], [], [], [], []
     for _, r in df.iterrows():
-        up = utilization(r["tflops"], peak_for(peaks, r["dtype"]))
+        up = utilization(r["tflops"], ceiling_for(peaks, r["dtype"]))
         util_p.append(up if not math.isnan(up) else r["util_peak"])
-        um = utilization(r["tflops"], peak_for(gemm, r["dtype"]))
+        um = utilization(r["tflops"], ceiling_for(gemm, r["dtype"]))
         util_m.append(um if not math.isnan(um) else r["util_measured"])
         e = r["power.energy_j_per_call"]
         energy.append(
@@ -385,11 +272,10 @@ def add_metrics(df: pd.DataFrame, meta: dict, baseline: str | None = None) -> pd
     df["util_peak"] = np.asarray(util_p, dtype=float)
     df["util_measured"] = np.asarray(util_m, dtype=float)
     df["energy_j_per_call"] = np.asarray(energy, dtype=float)
-    # one power figure per column: the energy counter's (the headline, reports.power_checks), else samples
-    counter, sampled = df["power.avg_w_from_energy"].astype(float), df["power.avg_w"].astype(float)
-    df["power_w"] = counter.where(counter.notna(), sampled)
-    df["power_above_cap"] = df["power_w"] > df["power.cap_w"].astype(float) * (1 + ABOVE_CAP_MARGIN)
-    df["power_estimators_apart"] = (df["power.avg_w_same_span"].astype(float) / counter - 1).abs() > ESTIMATOR_TOLERANCE
+    flags = [power_flags(_power_of(r)) for _, r in df.iterrows()]
+    df["power_w"] = np.asarray([number(f["headline_w"]) for f in flags], dtype=float)
+    df["power_above_cap"] = np.asarray([bool(f["above_cap"]) for f in flags], dtype=bool)
+    df["power_estimators_apart"] = np.asarray([bool(f["estimators_disagree"]) for f in flags], dtype=bool)
     df["tflops_per_w"] = np.asarray(per_w, dtype=float)
     df["min_bytes"] = np.asarray(mb, dtype=float)
     df["intensity"] = np.asarray(ai, dtype=float)
@@ -397,6 +283,12 @@ def add_metrics(df: pd.DataFrame, meta: dict, baseline: str | None = None) -> pd
     df["speedup"] = speedup_vs_baseline(df, base)
     df.attrs["baseline"] = base
     return df
+
+
+def _power_of(row: pd.Series) -> dict:
+    """A flattened row's `power.*` columns as the case's `power` dict (missing values None)."""
+    missing = lambda v: v is None or (isinstance(v, float) and math.isnan(v))
+    return {k[len("power.") :]: None if missing(v) else v for k, v in row.items() if k.startswith("power.")}
 
 
 def speedup_vs_baseline(df: pd.DataFrame, baseline: str | None) -> pd.Series:
@@ -413,15 +305,3 @@ def speedup_vs_baseline(df: pd.DataFrame, baseline: str | None) -> pd.Series:
         if b is not None and b == b:
             out.at[i] = float(b) / float(r["median_ms"])
     return out
-
-
-# ----------------------------------------------------------------------------------------- summaries
-
-
-def best_by_shape(df: pd.DataFrame, semantics: str) -> pd.DataFrame:
-    """Per shape, the ok case of `semantics` with the highest TFLOP/s (lowest time) — one row each."""
-    sub = df[(df["status"] == "ok") & (df["semantics"] == semantics) & df["median_ms"].notna()]
-    if sub.empty:
-        return sub
-    idx = sub.groupby("shape")["median_ms"].idxmin()
-    return sub.loc[idx.values].set_index("shape", drop=False)

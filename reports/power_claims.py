@@ -1,0 +1,32 @@
+"""A run's power counts (results.power.power_counts) as the sentences a report or the README states:
+`gdpa-bench power-checks RUN_DIR` prints them."""
+
+from __future__ import annotations
+
+from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
+
+
+def claims(counts: dict) -> list[str]:
+    """The counts as sentences for a report or the README."""
+    n = counts["with_power"]
+    if not n:
+        return [f"No power data: {counts['ok']} ok case(s), none with a power measurement."]
+    cap = f"{counts['cap_w']:.0f} W" if counts["cap_w"] else "the cap"
+    lines = [
+        f"{n} of {counts['ok']} ok cases have a power measurement (energy loop).",
+        f"sw_power_cap was set during the energy loop of {counts['sw_power_cap']} of {n} cases.",
+        f"{counts['above_cap']} of {n} cases average above {cap} + {ABOVE_CAP_MARGIN:.0%} (energy counter)"
+        + (f"; {counts['above_cap_unknown']} without a cap or a figure" if counts["above_cap_unknown"] else "")
+        + ".",
+    ]
+    judged = n - counts["estimators_unknown"]
+    if judged:
+        lines.append(
+            f"{counts['estimators_disagree']} of {judged} cases have their two power estimators (energy counter; "
+            f"samples over the same span) more than {ESTIMATOR_TOLERANCE:.0%} apart"
+            + (f"; {counts['estimators_unknown']} cannot be judged" if counts["estimators_unknown"] else "")
+            + "."
+        )
+    else:
+        lines.append("The estimator agreement cannot be judged: no case records avg_w_same_span (an older run).")
+    return lines
