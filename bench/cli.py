@@ -175,6 +175,13 @@ def cmd_power_checks(a) -> int:
     return 0
 
 
+def cmd_fields(a) -> int:
+    from results.metrics import field_reference
+
+    print(field_reference())
+    return 0
+
+
 def cmd_workloads(a) -> int:
     from bench.workload_report import describe
 
@@ -260,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--providers", help="comma-separated provider labels, in column order")
     t.add_argument("--modes", default="fwd,bwd", help="comma-separated modes (default fwd,bwd)")
     t.set_defaults(fn=cmd_table)
+
+    f = sub.add_parser("fields", help="what every field of results.json and of the results frame means (Markdown)")
+    f.set_defaults(fn=cmd_fields)
 
     pc = sub.add_parser("power-checks", help="a run's power counts: at the cap, above it, estimators apart")
     pc.add_argument("run_dir")

@@ -1,7 +1,8 @@
 """The report as a small document model (paragraphs, tables, images, sections) and the cell format.
 
 Every number in a report goes through `fmt`: one place decides how TFLOP/s, ms, W and fractions read,
-and that a missing value is "—".
+and that a missing value is "—". Which format a field takes is its row's in the metric table
+(results.metrics: `Metric.cell_format`).
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ def fmt(v: Any, kind: str = "") -> str:
         return f"{100 * x:.1f}%"
     if kind == "x":
         return f"{x:.2f}×"
-    if kind == "w":
+    if kind == "whole":
         return f"{x:,.0f}"
     if kind == "int":
         return f"{round(x):,}"
+    if kind == "count":  # how many of something: none is "—"
+        return f"{round(x):,}" if x else DASH
     if kind == "len":
         return str(round(x))
     if kind == "frac":

@@ -60,8 +60,8 @@ def environment_table(meta: dict, baseline: str | None) -> Table:
         ", ".join(f"{k} {fmt(v, 'tflops')}" for k, v in peaks.items()) if isinstance(peaks, dict) and peaks else DASH
     )
     cap, enf = meta.get("power_cap_w"), meta.get("enforced_power_limit_w")
-    cap_s = f"{fmt(cap, 'w')} W" if isnum(cap) else DASH
-    enf_s = f"{fmt(enf, 'w')} W" if isnum(enf) else DASH
+    cap_s = f"{fmt(cap, 'whole')} W" if isnum(cap) else DASH
+    enf_s = f"{fmt(enf, 'whole')} W" if isnum(enf) else DASH
     if isnum(cap) and isnum(enf) and float(cap) != float(enf):
         enf_s += "  ⚠ differs from the cap"
     gemm = meta.get("measured_gemm_tflops")

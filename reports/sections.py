@@ -15,6 +15,7 @@ from kernels.registry import MODES
 from reports.document import DASH, Image, Section, Table, fmt, fmt_date, isnum
 from reports.environment import environment_table
 from results.frame import provider_label
+from results.metrics import WORKLOAD_METRICS, Metric, shown_in
 from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
 
 # ------------------------------------------------------------------------------------------- sections
@@ -43,8 +44,8 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
     cap, enf = meta.get("power_cap_w"), meta.get("enforced_power_limit_w")
     if isnum(cap) and isnum(enf) and float(cap) != float(enf):
         out.append(
-            f"The configured power cap ({fmt(cap, 'w')} W) differs from the limit the GPU enforced "
-            f"({fmt(enf, 'w')} W): power numbers are reported against the cap, but the GPU "
+            f"The configured power cap ({fmt(cap, 'whole')} W) differs from the limit the GPU enforced "
+            f"({fmt(enf, 'whole')} W): power numbers are reported against the cap, but the GPU "
             f"{'could draw more' if float(enf) > float(cap) else 'was held below it'}."
         )
     if meta.get("interrupted"):
@@ -75,6 +76,15 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
     return out
 
 
+def cell(m: Metric, row: Any) -> str:
+    """A row's value of metric `m` (a frame row or a dict) as a table cell; a range when `m` spans to
+    another metric."""
+    if m.span_to:
+        low, high = row.get(m.name), row.get(m.span_to)
+        return f"{fmt(low, m.cell_format)}–{fmt(high, m.cell_format)}" if isnum(low) else DASH
+    return fmt(row.get(m.name), m.cell_format)
+
+
 def _summary(cases: pd.DataFrame, baseline: str | None) -> Table:
     if cases.empty:
         return Table(["shape"], [], empty="No cases recorded.")
@@ -83,22 +93,9 @@ def _summary(cases: pd.DataFrame, baseline: str | None) -> Table:
     others = [p for p in _providers(cases) if p != baseline]
     labels = _labels(cases)
     base_label = labels.get(baseline, baseline or DASH)
-    headers = [
-        "set",
-        "mode",
-        "L",
-        "sweep",
-        "dtype",
-        "best GDPA",
-        "TFLOP/s",
-        "util peak",
-        "util GEMM",
-        "J/call",
-        "W (energy counter)",
-        "at cap",
-        "best softmax",
-        "TFLOP/s",
-    ]
+    columns = shown_in("summary")
+    headers = ["set", "mode", "L", "sweep", "dtype", "best GDPA", *(m.header for m in columns)]
+    headers += ["best softmax", "TFLOP/s"]
     headers += [f"{labels.get(p, p)} vs {base_label}" for p in others]
     rows = []
     for _, s in shapes.iterrows():
@@ -106,18 +103,7 @@ def _summary(cases: pd.DataFrame, baseline: str | None) -> Table:
         g = best_g.loc[shape] if shape in best_g.index else None
         x = best_s.loc[shape] if shape in best_s.index else None
         row = [fmt(s["set"]), fmt(s["mode"]), fmt(s["max_len"], "len"), fmt(s["sweep_label"]), fmt(s["dtype"])]
-        if g is not None:
-            row += [
-                str(g["label"]),
-                fmt(g["tflops"], "tflops"),
-                fmt(g["util_peak"], "pct"),
-                fmt(g["util_measured"], "pct"),
-                fmt(g["energy_j_per_call"], "sci"),
-                fmt(g["power_w"], "w"),
-                fmt(g["power.frac_at_cap"], "pct"),
-            ]
-        else:
-            row += [DASH] * 7
+        row += [str(g["label"]), *(cell(m, g) for m in columns)] if g is not None else [DASH] * (1 + len(columns))
         row += [str(x["label"]), fmt(x["tflops"], "tflops")] if x is not None else [DASH, DASH]
         sub = cases[cases["shape"] == shape]
         for p in others:
@@ -142,56 +128,10 @@ def _labels(cases: pd.DataFrame) -> dict[str, str]:
 
 
 def _cases_table(cases: pd.DataFrame) -> Table:
-    headers = [
-        "case",
-        "provider",
-        "status",
-        "median ms",
-        "p20–p80 ms",
-        "n",
-        "TFLOP/s",
-        "util peak",
-        "util GEMM",
-        "speedup",
-        "rel err",
-        "W (energy counter)",
-        "peak W",
-        "J/call",
-        "TFLOP/s/W",
-        "at cap",
-        "SM MHz",
-        "reasons",
-        "FLOP/B",
-        "error",
-    ]
-    rows = []
-    for _, r in _shape_sort_key(cases).iterrows() if len(cases) else []:
-        p2080 = f"{fmt(r['p20_ms'], 'ms')}–{fmt(r['p80_ms'], 'ms')}" if isnum(r["p20_ms"]) else DASH
-        rows.append(
-            [
-                fmt(r["id"]),
-                fmt(r["label"]),
-                fmt(r["status"]),
-                fmt(r["median_ms"], "ms"),
-                p2080,
-                fmt(r["n_samples"], "int") if r["n_samples"] else DASH,
-                fmt(r["tflops"], "tflops"),
-                fmt(r["util_peak"], "pct"),
-                fmt(r["util_measured"], "pct"),
-                fmt(r["speedup"], "x"),
-                fmt(r["correctness.rel_err"], "sci"),
-                fmt(r["power_w"], "w"),
-                fmt(r["power.peak_w"], "w"),
-                fmt(r["energy_j_per_call"], "sci"),
-                fmt(r["tflops_per_w"], "frac"),
-                fmt(r["power.frac_at_cap"], "pct"),
-                fmt(r["power.sm_clock_mhz_median"], "w"),
-                fmt(r["power.reasons"]),
-                fmt(r["intensity"], "w"),
-                fmt(r["error"]),
-            ]
-        )
-    return Table(headers, rows, css="cases", status_col=2, empty="No cases recorded.")
+    columns = shown_in("cases")
+    rows = [[cell(m, r) for m in columns] for _, r in (_shape_sort_key(cases).iterrows() if len(cases) else [])]
+    status = next(i for i, m in enumerate(columns) if m.name == "status")
+    return Table([m.header for m in columns], rows, css="cases", status_col=status, empty="No cases recorded.")
 
 
 def _failures(cases: pd.DataFrame) -> Table:
@@ -211,39 +151,21 @@ def _failures(cases: pd.DataFrame) -> Table:
     )
 
 
-WORKLOAD_FIELDS = [
-    ("B", "B", "int"),
-    ("total Q", "total_q", "int"),
-    ("total KV", "total_kv", "int"),
-    ("mean Q", "mean_q", "w"),
-    ("p50 Q", "p50_q", "w"),
-    ("p90 Q", "p90_q", "w"),
-    ("p99 Q", "p99_q", "w"),
-    ("max Q", "max_q", "int"),
-    ("mean KV", "mean_kv", "w"),
-    ("max KV", "max_kv", "int"),
-    ("padding waste Q", "padding_waste", "pct"),
-    ("padding waste KV", "padding_waste_kv", "pct"),
-    ("FLOP waste", "flop_waste", "pct"),
-    ("imbalance", "imbalance", "frac"),
-    ("top-1% work share", "top1pct_work_share", "pct"),
-]
-
-
 def _workload_table(workloads: dict, cases: pd.DataFrame) -> Table:
+    columns = shown_in("workloads", WORKLOAD_METRICS)
     stats: dict[str, dict] = {}
     for name, w in (workloads or {}).items():
         if isinstance(w, dict):
             st = w.get("stats") if isinstance(w.get("stats"), dict) else {}
-            stats[str(name)] = dict(st)
+            stats[str(name)] = {f"stats.{k}": v for k, v in st.items()}
     if not stats and len(cases):  # older runs: what the cases carry
         for _, r in cases.drop_duplicates("workload.name").iterrows():
             if r["workload.name"] is None:
                 continue
-            stats[str(r["workload.name"])] = {k: r.get(f"workload.{k}") for _, k, _ in WORKLOAD_FIELDS}
-    rows = [[name] + [fmt(st.get(k), kind) for _, k, kind in WORKLOAD_FIELDS] for name, st in stats.items()]
+            stats[str(r["workload.name"])] = {m.name: r.get(f"workload.{m.key}") for m in columns}
+    rows = [[name] + [cell(m, st) for m in columns] for name, st in stats.items()]
     return Table(
-        ["workload"] + [h for h, _, _ in WORKLOAD_FIELDS],
+        ["workload"] + [m.header for m in columns],
         rows,
         css="workloads",
         empty="No workload statistics recorded.",

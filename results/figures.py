@@ -144,3 +144,19 @@ def intensity(flops: Any, nbytes: Any) -> float:
     if math.isnan(f) or math.isnan(b) or b <= 0:
         return math.nan
     return f / b
+
+
+def speedup_vs_baseline(cases: pd.DataFrame, baseline: str | None) -> pd.Series:
+    """Per case of a results frame, median_ms(the baseline on the same shape) / median_ms: the time ratio
+    (> 1: faster than the baseline; same FLOPs, so also the TFLOP/s ratio). NaN when the baseline is
+    unknown, missing for that shape, or either side is not ok; the baseline's own ok rows get 1.0."""
+    out = pd.Series(np.nan, index=cases.index, dtype=float)
+    if not baseline or cases.empty:
+        return out
+    ok = (cases["status"] == "ok") & (cases["median_ms"] > 0)
+    base = cases[ok & (cases["provider"] == baseline)].groupby("shape")["median_ms"].min()
+    for i, r in cases[ok].iterrows():
+        b = base.get(r["shape"])
+        if b is not None and b == b:
+            out.at[i] = float(b) / float(r["median_ms"])
+    return out

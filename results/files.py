@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from results.record import check_case_record, check_workload_entry
+
 SCHEMA = "gdpa-bench/1"
 STATUSES = ("ok", "incorrect", "failed", "skipped")
 
@@ -262,9 +264,11 @@ class ResultsWriter:
         return {c["id"] for c in self.data["cases"]}
 
     def add_workload(self, name: str, entry: dict) -> None:
+        check_workload_entry(entry)
         self.data["workloads"][name] = entry
 
     def add_case(self, case: dict) -> None:
+        check_case_record(case)
         cases = self.data["cases"]
         cases[:] = [c for c in cases if c["id"] != case["id"]]
         cases.append(case)
@@ -274,6 +278,7 @@ class ResultsWriter:
         """Add fields to recorded cases (e.g. `bench profile --run`), then rewrite the files."""
         for c in self.data["cases"]:
             if c["id"] in fields_by_id:
+                check_case_record(fields_by_id[c["id"]])
                 c.update(fields_by_id[c["id"]])
         self.flush()
 

@@ -7,24 +7,47 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+from results import metrics
 from results.drift import drift
 from results.figures import tflops, utilization
+from results.metrics import Metric
 
-# the order of results.json's case fields (docs/DESIGN.md §6); the outcome ones start empty
-FIELD_ORDER = (
-    "id", "set", "max_len", "sweep", "provider", "provider_name", "provider_options", "semantics", "mode", "dtype",
-    "activation", "workload", "status", "error", "correctness", "flops", "times_ms", "median_ms", "p20_ms", "p80_ms",
-    "timed_s", "drift", "drift_p", "sm_clock_mhz", "tflops", "util_peak", "util_measured", "power", "gpu_index",
-    "gpu_name", "kernel_config", "wall_s",
-)  # fmt: skip
+
+class UndeclaredField(ValueError):
+    """A record holds a field no row of the metric table declares: a harness bug, caught before it is
+    written (add the row to results.metrics)."""
 
 
 def new_case_record(**identity) -> dict:
-    """A case record before the case runs: `identity` (what the runner knows of the case), every outcome
-    field empty."""
-    rec = {name: [] if name == "times_ms" else None for name in FIELD_ORDER}
+    """A case record before the case runs: every always-present field of the metric table, empty, with
+    `identity` (what the runner knows of the case) filled in."""
+    always = [m for m in metrics.METRICS if m.in_record and not m.block and not m.optional]
+    rec = {m.name: [] if m.kind == "list" else None for m in always}
     rec.update(identity)
+    check_case_record(rec)
     return rec
+
+
+def check_case_record(rec: dict) -> None:
+    """Raise `UndeclaredField` naming the first field, or key of a block, that the metric table does not
+    declare."""
+    _check(rec, metrics.METRICS, "case record")
+
+
+def check_workload_entry(entry: dict) -> None:
+    """The same for a workload's entry in results.json's `workloads`."""
+    _check(entry, metrics.WORKLOAD_METRICS, "workload entry")
+
+
+def _check(record: dict, table: tuple[Metric, ...], what: str) -> None:
+    declared = {m.name for m in table if m.in_record}
+    for name, value in record.items():
+        if name not in declared:
+            raise UndeclaredField(f"{what} field {name!r} is not declared in results.metrics")
+        if isinstance(value, dict) and any(m.name == name and m.kind == "block" for m in table):
+            for key in value:
+                if f"{name}.{key}" not in declared:
+                    raise UndeclaredField(f"{what} field '{name}.{key}' is not declared in results.metrics")
 
 
 def _known(x: float) -> float | None:

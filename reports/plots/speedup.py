@@ -19,7 +19,8 @@ from reports.plots.common import (
     save,
     write_csv,
 )
-from results.frame import baseline_provider, provider_label, speedup_vs_baseline
+from results.figures import speedup_vs_baseline
+from results.frame import baseline_provider, provider_label
 
 # ------------------------------------------------------------------------------------------ 2. speedup
 
