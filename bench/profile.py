@@ -155,10 +155,10 @@ def profile_case(ncu: str, cfg, case_id: str, device: int | None, keep: Path | N
     return out
 
 
-def profile(cfg, a) -> int:
-    if a.case:
-        return _child(cfg, a.case, a.device)
-    cases = select_cases(cfg, a.only, a.providers)
+def profile(cfg, args) -> int:
+    if args.case:
+        return _child(cfg, args.case, args.device)
+    cases = select_cases(cfg, args.only, args.providers)
     ncu = find_ncu()
     if ncu is None:
         raise UsageError(
@@ -167,17 +167,17 @@ def profile(cfg, a) -> int:
         )
     if not torch.cuda.is_available():
         raise UsageError("profile needs a CUDA GPU")
-    run_dir = Path(a.run) if a.run else None
+    run_dir = Path(args.run) if args.run else None
     if run_dir and not (run_dir / "results.json").is_file():
         raise UsageError(f"--run {run_dir}: no results.json there")
     out = run_dir or Path(cfg.model.output_dir) / f"profile-{cfg.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
-    keep = (out / "ncu" if run_dir else out) if getattr(a, "keep", False) else None
+    keep = (out / "ncu" if run_dir else out) if getattr(args, "keep", False) else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
     results = {}
     for case in cases:
         print(f"profiling {case.id} ...", flush=True)
-        r = results[case.id] = profile_case(ncu, cfg, case.id, a.device, keep)
+        r = results[case.id] = profile_case(ncu, cfg, case.id, args.device, keep)
         if r.get("tc_util_ncu") is not None:
             print(
                 f"  tensor pipe {100 * r['tc_util_ncu']:.1f}% at {r['ncu_sm_clock_mhz']:.0f} MHz "

@@ -1,15 +1,27 @@
-"""Rendering a run's report from the commands that finish a run: a report bug never loses a sweep."""
+"""The report step: the one place under bench/ that draws for people (tests/test_structure.py holds it).
+
+`render` draws a finished run's report (run, merge, profile call it; a report bug never loses a sweep),
+and the commands that present results are here: report, compare (the CI gate), table, power-checks, fields.
+The figures come from the results layer; reports/ only lays them out.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
+
+from bench import options
+from bench.errors import EXIT_FAILED, UsageError
+from bench.options import Command
+from results.files import ResultsWriteError
 
 
 def render(run_dir: Path) -> None:
     """report.md/.html and plots/ for `run_dir`; a failure is one line on stderr, never an exception."""
     try:
-        from reports.render import render_report  # noqa: PLC0415  (Matplotlib only when a report is drawn)
+        from reports.render import render_report  # Matplotlib only when a report is drawn
     except ImportError as exc:
         print(f"report not rendered: {exc}", file=sys.stderr)
         return
@@ -18,3 +30,138 @@ def render(run_dir: Path) -> None:
         print(f"report: {paths.get('html') or paths}", flush=True)
     except Exception as exc:  # a report bug must not lose a finished sweep
         print(f"report rendering failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def _read(path: str) -> dict:
+    """A results file (or run folder), or the one-line usage error of a missing or malformed one."""
+    from results.files import ResultsError, read_results
+
+    try:
+        return read_results(path)
+    except ResultsError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def report_arguments(parser: argparse.ArgumentParser) -> None:
+    options.run_dir(parser)
+    parser.add_argument("--baseline", help="provider to compute speedups against")
+
+
+def report(args: argparse.Namespace) -> int:
+    from reports.render import render_report
+    from results.files import ResultsError
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "results.json").is_file():
+        raise UsageError(f"{run_dir}: no results.json in this folder")
+    if args.baseline is not None:
+        cases = _read(str(run_dir))["cases"]
+        labels = list(dict.fromkeys(str(c["provider"]) for c in cases if c.get("provider") is not None))
+        if args.baseline not in labels:
+            raise UsageError(
+                f"--baseline {args.baseline}: not a provider of {run_dir / 'results.json'}; allowed: "
+                + (", ".join(labels) or "none (no case records a provider)")
+            )
+    try:
+        paths = render_report(run_dir, baseline=args.baseline)
+    except ResultsError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise ResultsWriteError.of(run_dir / "report.md", exc) from None
+    for kind, p in paths.items():
+        print(f"{kind}: {p}")
+    return 0
+
+
+# -------------------------------------------------------------------------------------------- compare
+
+
+def compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("baseline", help="baseline results.json (or its run folder)")
+    parser.add_argument("current", help="current results.json (or its run folder)")
+    parser.add_argument("--format", choices=("md", "json"), default="md", help="output format (default md)")
+    options.compare_settings(parser)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Exit 0 when no case fails the gate, 1 otherwise (the failing cases named on the last lines)."""
+    from reports.compare import format_markdown, json_document, summary_lines
+    from results.checks import check_results
+    from results.files import ResultsError, clean
+    from results.verdicts import BadSetting, CompareSettings, compare_checked, regressions, timeline_clocks
+
+    try:
+        settings = CompareSettings(
+            args.threshold, args.alpha, args.min_samples, args.drift_threshold, args.allow_missing
+        )
+    except BadSetting as exc:
+        raise UsageError(f"--{exc.setting.replace('_', '-')} {exc.why}") from None
+    base, cur = _read(args.baseline), _read(args.current)
+    try:  # a gate that read a malformed file as "nothing slower" would pass anything
+        base_cases, cur_cases = check_results(base, args.baseline), check_results(cur, args.current)
+    except ResultsError as exc:
+        raise UsageError(str(exc)) from None
+    if not set(base_cases) & set(cur_cases):
+        raise UsageError(
+            f"no common case ids between {args.baseline} ({len(base_cases)} cases) and {args.current} "
+            f"({len(cur_cases)} cases)"
+        )
+    timelines = timeline_clocks(args.baseline), timeline_clocks(args.current)
+    rows = compare_checked(base_cases, cur_cases, settings, *timelines)
+    tail = summary_lines(rows)
+    if args.format == "json":
+        doc = json_document(rows, args.baseline, args.current, settings)
+        print(json.dumps(clean(doc), indent=1, default=str))
+        print("\n".join(tail).strip(), file=sys.stderr)
+    else:
+        print(format_markdown(rows, args.baseline, args.current, base, cur, settings))
+        print("\n".join(tail))
+    return EXIT_FAILED if regressions(rows) else 0
+
+
+# ---------------------------------------------------------------------------- table, power-checks, fields
+
+
+def table_arguments(parser: argparse.ArgumentParser) -> None:
+    options.run_dir(parser)
+    parser.add_argument("--providers", metavar="A,B", help="comma-separated provider labels, in column order")
+    parser.add_argument("--modes", default="fwd,bwd", help="comma-separated modes (default fwd,bwd)")
+
+
+def table(args: argparse.Namespace) -> int:
+    from reports.table import tflops_table
+
+    data = _read(args.run_dir)
+    print(tflops_table(data, args.providers.split(",") if args.providers else None, args.modes.split(",")))
+    return 0
+
+
+def power_checks(args: argparse.Namespace) -> int:
+    from reports.power_claims import claims
+    from results.power import power_counts
+
+    print("\n".join(claims(power_counts(_read(args.run_dir)["cases"]))))
+    return 0
+
+
+def fields(args: argparse.Namespace) -> int:
+    from results.metrics import field_reference
+
+    print(field_reference())
+    return 0
+
+
+COMMANDS = (
+    Command("report", "re-render report.md/.html and plots from results.json", report_arguments, report),
+    Command("compare", "CI perf-regression gate: exit 1 on regression", compare_arguments, compare),
+    Command("table", "a Markdown TFLOP/s table (shapes x provider/mode) of a run, for READMEs", table_arguments, table),
+    Command(
+        "power-checks", "a run's power counts: at the cap, above it, estimators apart", options.run_dir, power_checks
+    ),
+    Command(
+        "fields", "what every field of results.json and of the results frame means (Markdown)", lambda p: None, fields
+    ),
+)

@@ -47,6 +47,7 @@ recorded nothing explains the slowdown away, so the gate stays conservative and 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,38 @@ from results.drift import drift
 from results.power_csv import read_power
 
 VERDICTS = ("failed", "missing", "slower", "drifting", "ambiguous", "faster", "new", "same")
+
+
+class BadSetting(ValueError):
+    """A compare setting out of range: `setting` names it, `why` says what is allowed."""
+
+    def __init__(self, setting: str, why: str):
+        self.setting, self.why = setting, why
+        super().__init__(f"{setting} {why}")
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """How `compare` judges a case (the rules above): the relative median change that counts
+    (`threshold`), the significance level of the tests (`alpha`), the fewest samples per side to run a
+    test (`min_samples`), the first-vs-last-tenth change that makes a run drifting (`drift_threshold`;
+    inf: off), and whether a case the current run lacks is allowed (`allow_missing`)."""
+
+    threshold: float = 0.05
+    alpha: float = 0.01
+    min_samples: int = 5
+    drift_threshold: float = 0.03
+    allow_missing: bool = False
+
+    def __post_init__(self):
+        if not (math.isfinite(self.threshold) and self.threshold >= 0):
+            raise BadSetting("threshold", f"must be ≥ 0, got {self.threshold}")
+        if not (0 < self.alpha < 1):
+            raise BadSetting("alpha", f"must be in (0, 1), got {self.alpha}")
+        if self.min_samples < 1:
+            raise BadSetting("min_samples", f"must be ≥ 1, got {self.min_samples}")
+        if not self.drift_threshold > 0:  # NaN fails this too
+            raise BadSetting("drift_threshold", f"must be > 0 (inf: off), got {self.drift_threshold}")
 
 
 def _samples(case: dict) -> np.ndarray:
@@ -126,97 +159,99 @@ def _nan_to_none(x: float) -> float | None:
 
 def compare_case(
     cid: str,
-    b: dict | None,
-    c: dict | None,
-    threshold: float,
-    alpha: float,
-    min_samples: int,
-    drift_threshold: float = 0.03,
+    base: dict | None,
+    cur: dict | None,
+    settings: CompareSettings,
     base_timeline: dict | None = None,
     cur_timeline: dict | None = None,
 ) -> dict:
     """The verdict for one case id (see the module docstring); cases already passed `check_results`.
     `*_timeline`: per-case SM clocks from each run's power.csv (`timeline_clocks`)."""
-    if c is None:
-        return _row(cid, "missing", "in the baseline, not in the current run", base_status=b.get("status"))
-    if b is None:
-        st = c.get("status")
-        msg = "not in the baseline" + (f" (current status {st}: {c.get('error')})" if st != "ok" else "")
+    if cur is None:
+        return _row(cid, "missing", "in the baseline, not in the current run", base_status=base.get("status"))
+    if base is None:
+        st = cur.get("status")
+        msg = "not in the baseline" + (f" (current status {st}: {cur.get('error')})" if st != "ok" else "")
         return _row(cid, "new", msg, cur_status=st)
-    bs, cs = b.get("status"), c.get("status")
-    if bs != "ok":
-        if cs == "ok":
-            return _row(cid, "new", f"baseline was {bs}; ok now", base_status=bs, cur_status=cs)
-        note = f"baseline {bs}, current {cs}" + (f": {c.get('error')}" if c.get("error") else "")
-        return _row(cid, "same", f"not ok in either run ({note})", base_status=bs, cur_status=cs)
-    if cs != "ok":
-        return _row(cid, "failed", f"now {cs}: {c.get('error') or 'no error recorded'}", base_status=bs, cur_status=cs)
+    base_status, cur_status = base.get("status"), cur.get("status")
+    statuses = dict(base_status=base_status, cur_status=cur_status)
+    if base_status != "ok":
+        if cur_status == "ok":
+            return _row(cid, "new", f"baseline was {base_status}; ok now", **statuses)
+        note = f"baseline {base_status}, current {cur_status}" + (f": {cur.get('error')}" if cur.get("error") else "")
+        return _row(cid, "same", f"not ok in either run ({note})", **statuses)
+    if cur_status != "ok":
+        return _row(cid, "failed", f"now {cur_status}: {cur.get('error') or 'no error recorded'}", **statuses)
 
-    sb, sc = _samples(b), _samples(c)
-    mb, mc = _median(b, sb), _median(c, sc)
-    (db, db_p), (dc, dc_p) = drift(sb), drift(sc)
+    base_samples, cur_samples = _samples(base), _samples(cur)
+    base_ms, cur_ms = _median(base, base_samples), _median(cur, cur_samples)
+    (base_drift, base_drift_p), (cur_drift, cur_drift_p) = drift(base_samples), drift(cur_samples)
     kw: dict[str, Any] = dict(
-        base_status=bs,
-        cur_status=cs,
-        base_median_ms=mb,
-        cur_median_ms=mc,
-        n_base=int(sb.size),
-        n_cur=int(sc.size),
-        base_drift=db,
-        cur_drift=dc,
-        base_drift_p=db_p,
-        cur_drift_p=dc_p,
+        **statuses,
+        base_median_ms=base_ms,
+        cur_median_ms=cur_ms,
+        n_base=int(base_samples.size),
+        n_cur=int(cur_samples.size),
+        base_drift=base_drift,
+        cur_drift=cur_drift,
+        base_drift_p=base_drift_p,
+        cur_drift_p=cur_drift_p,
     )
-    change = (mc - mb) / mb
+    change = (cur_ms - base_ms) / base_ms
     kw["change"] = change
-    (clk_b, src_b), (clk_c, src_c) = _clock(b, base_timeline or {}), _clock(c, cur_timeline or {})
-    if clk_b == clk_b and clk_c == clk_c:
+    (base_clock, base_src), (cur_clock, cur_src) = _clock(base, base_timeline or {}), _clock(cur, cur_timeline or {})
+    if base_clock == base_clock and cur_clock == cur_clock:
         kw.update(
-            base_clock_mhz=clk_b,
-            cur_clock_mhz=clk_c,
-            clock_norm_change=(mc * clk_c / clk_b - mb) / mb,
-            clock_source=src_b if src_b == src_c else f"{src_b} / {src_c}",
+            base_clock_mhz=base_clock,
+            cur_clock_mhz=cur_clock,
+            clock_norm_change=(cur_ms * cur_clock / base_clock - base_ms) / base_ms,
+            clock_source=base_src if base_src == cur_src else f"{base_src} / {cur_src}",
         )
-    verdict, msg = _wall_verdict(change, sb, sc, threshold, alpha, min_samples, kw)
-    cn = kw.get("clock_norm_change")
-    if verdict == "slower" and cn is not None and abs(cn) <= threshold:
-        msg += f"; clock-normalised {cn:+.1%}: the SM clock fell {clk_b:.0f}→{clk_c:.0f} MHz (power/thermal?)"
+    threshold = settings.threshold
+    verdict, msg = _wall_verdict(change, base_samples, cur_samples, settings, kw)
+    per_clock = kw.get("clock_norm_change")
+    if verdict == "slower" and per_clock is not None and abs(per_clock) <= threshold:
+        msg += (
+            f"; clock-normalised {per_clock:+.1%}: the SM clock fell {base_clock:.0f}→{cur_clock:.0f} MHz "
+            "(power/thermal?)"
+        )
     drifts = [
         (side, d, p)
-        for side, d, p in (("baseline", db, db_p), ("current", dc, dc_p))
-        if d is not None and abs(d) > drift_threshold and p < alpha
+        for side, d, p in (("baseline", base_drift, base_drift_p), ("current", cur_drift, cur_drift_p))
+        if d is not None and abs(d) > settings.drift_threshold and p < settings.alpha
     ]
     if not drifts:
         return _row(cid, verdict, msg, wall_verdict=verdict, **kw)
     what = ", ".join(f"{d:+.1%} (p={p:.2g}) in the {side} run" for side, d, p in drifts)
     msg = (
-        f"{msg}; drift {what} (first vs last tenth of the samples, > {drift_threshold:.0%}): "
+        f"{msg}; drift {what} (first vs last tenth of the samples, > {settings.drift_threshold:.0%}): "
         f"wall time alone says {verdict}"
     )
     fails = False
     if verdict == "slower":
-        if cn is None:
+        if per_clock is None:
             fails, msg = True, msg + "; no clock data to explain the slowdown: fails the gate"
-        elif cn > threshold:
-            fails, msg = True, msg + f"; clock-normalised {cn:+.1%} is slower too: fails the gate"
+        elif per_clock > threshold:
+            fails, msg = True, msg + f"; clock-normalised {per_clock:+.1%} is slower too: fails the gate"
         else:
-            msg += f"; clock-normalised {cn:+.1%} is within {threshold:.0%}: not a regression"
+            msg += f"; clock-normalised {per_clock:+.1%} is within {threshold:.0%}: not a regression"
     return _row(cid, "drifting", msg, wall_verdict=verdict, fails_gate=fails, **kw)
 
 
 def _wall_verdict(
-    change: float, sb: np.ndarray, sc: np.ndarray, threshold: float, alpha: float, min_samples: int, kw: dict
+    change: float, base_samples: np.ndarray, cur_samples: np.ndarray, settings: CompareSettings, kw: dict
 ) -> tuple[str, str]:
     """The verdict on wall time alone (sets kw['p_value'] when the test runs)."""
+    threshold, alpha, min_samples = settings.threshold, settings.alpha, settings.min_samples
     big = abs(change) > threshold
-    if sb.size < min_samples or sc.size < min_samples:
-        n = f"{sb.size} vs {sc.size} samples (< {min_samples})"
+    if base_samples.size < min_samples or cur_samples.size < min_samples:
+        n = f"{base_samples.size} vs {cur_samples.size} samples (< {min_samples})"
         if big:
             return "ambiguous", f"{change:+.1%} but too few samples to test: {n}"
         return "same", f"{change:+.1%}, within the threshold; {n}, not tested"
     from scipy.stats import mannwhitneyu  # noqa: PLC0415  (scipy is slow to import; only when a test runs)
 
-    p = float(mannwhitneyu(sb, sc, alternative="two-sided").pvalue)
+    p = float(mannwhitneyu(base_samples, cur_samples, alternative="two-sided").pvalue)
     if not math.isfinite(p):  # e.g. every sample identical
         p = 1.0
     kw["p_value"] = p
@@ -236,11 +271,7 @@ def _wall_verdict(
 def compare_runs(
     base: dict | list,
     cur: dict | list,
-    threshold: float = 0.05,
-    alpha: float = 0.01,
-    min_samples: int = 5,
-    drift_threshold: float = 0.03,
-    allow_missing: bool = False,
+    settings: CompareSettings | None = None,
     base_timeline: dict | None = None,
     cur_timeline: dict | None = None,
 ) -> list[dict]:
@@ -249,31 +280,21 @@ def compare_runs(
     clocks and their source, clock_norm_change, message. `base` and `cur` are results dicts (or lists of
     case dicts); both are checked first (`check_results`, raising `ResultsError`). `*_timeline`: per-case
     SM clocks from each run's power.csv (`timeline_clocks`), used where a case has no power summary."""
-    bc, cc = check_results(base, "baseline"), check_results(cur, "current")
-    return compare_checked(
-        bc, cc, threshold, alpha, min_samples, drift_threshold, allow_missing, base_timeline, cur_timeline
-    )
+    base_cases, cur_cases = check_results(base, "baseline"), check_results(cur, "current")
+    return compare_checked(base_cases, cur_cases, settings or CompareSettings(), base_timeline, cur_timeline)
 
 
 def compare_checked(
-    bc: dict,
-    cc: dict,
-    threshold: float,
-    alpha: float,
-    min_samples: int,
-    drift_threshold: float,
-    allow_missing: bool,
+    base_cases: dict,
+    cur_cases: dict,
+    settings: CompareSettings,
     base_timeline: dict | None = None,
     cur_timeline: dict | None = None,
 ) -> list[dict]:
-    ids = list(bc) + [i for i in cc if i not in bc]
-    rows = [
-        compare_case(
-            i, bc.get(i), cc.get(i), threshold, alpha, min_samples, drift_threshold, base_timeline, cur_timeline
-        )
-        for i in ids
-    ]
-    if allow_missing:
+    """`compare_runs` over cases already checked (`check_results`: {id: case})."""
+    ids = list(base_cases) + [i for i in cur_cases if i not in base_cases]
+    rows = [compare_case(i, base_cases.get(i), cur_cases.get(i), settings, base_timeline, cur_timeline) for i in ids]
+    if settings.allow_missing:
         for r in rows:
             if r["verdict"] == "missing":
                 r["fails_gate"] = False

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports.compare import compare_main, compare_runs
+from bench.cli import main
+from results.verdicts import CompareSettings, compare_runs
 
 FIX = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ def write(tmp: Path, name: str, cases: list[dict], **meta) -> str:
 
 
 def run(capsys, *argv):
-    rc = compare_main([str(a) for a in argv])
+    rc = main(["compare", *(str(a) for a in argv)])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     return rc, out, err
@@ -124,7 +125,9 @@ def test_faster_missing_and_new(tmp_path, capsys):
         case("fa4", noisy(2.0, seed=41)),
         case("sdpa", noisy(1.5, seed=44)),
     ]
-    rows = by_id(compare_runs(synth.make_results(base), synth.make_results(cur), threshold=0.05, alpha=0.01))
+    rows = by_id(
+        compare_runs(synth.make_results(base), synth.make_results(cur), CompareSettings(threshold=0.05, alpha=0.01))
+    )
     assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["verdict"] == "faster"
     assert rows["set1/fwd/L=1024/fill=1.0/gdpa_triton"]["change"] == pytest.approx(-0.2, abs=0.03)
     assert rows["set1/fwd/L=1024/fill=1.0/naive"]["verdict"] == "missing"
@@ -190,9 +193,9 @@ def test_clock_from_the_power_timeline_when_the_energy_loop_is_off(tmp_path, cap
 def test_few_samples_and_subthreshold_drift_are_ambiguous():
     few_b = [case("gdpa_triton", [1.0, 1.01, 0.99])]
     few_c = [case("gdpa_triton", [1.2, 1.21, 1.19])]
-    (r,) = compare_runs(synth.make_results(few_b), synth.make_results(few_c), min_samples=5)
+    (r,) = compare_runs(synth.make_results(few_b), synth.make_results(few_c), CompareSettings(min_samples=5))
     assert r["verdict"] == "ambiguous" and r["p_value"] is None and "too few samples" in r["message"]
-    (r,) = compare_runs(synth.make_results(few_b), synth.make_results(few_b), min_samples=5)
+    (r,) = compare_runs(synth.make_results(few_b), synth.make_results(few_b), CompareSettings(min_samples=5))
     assert r["verdict"] == "same"
     # 3.5% slower with 0.5% noise and 200 samples: significant, but under the 5% threshold
     drift_b = [case("gdpa_triton", noisy(1.0, n=200, rel=0.005, seed=60))]
@@ -263,7 +266,7 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path, capsys, kind):
     rc, out, err = run(capsys, *args)
     assert rc == 2
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and expect in lines[0] and lines[0].startswith("python -m bench compare: error:")
+    assert len(lines) == 1 and expect in lines[0] and lines[0].startswith("error:")
     assert out == ""
 
 
@@ -272,16 +275,16 @@ def test_committed_fixture_against_itself(capsys):
     assert rc == 0 and "| failed | 0 |" in out
 
 
-def test_module_entry_point_exit_code(tmp_path):
+def test_the_cli_entry_point_exit_code(tmp_path):
     base = [case("gdpa_triton", noisy(1.0, n=25, seed=90))]
     cur = [case("gdpa_triton", noisy(1.25, n=25, seed=91))]
     b, c = write(tmp_path, "b.json", base), write(tmp_path, "c.json", cur)
     p = subprocess.run(
-        [sys.executable, "-m", "reports.compare", b, c], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "bench", "compare", b, c], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert p.returncode == 1 and "slower: set1/fwd/L=1024/fill=1.0/gdpa_triton" in p.stdout
     p = subprocess.run(
-        [sys.executable, "-m", "reports.compare", b, str(tmp_path / "nope.json")],
+        [sys.executable, "-m", "bench", "compare", b, str(tmp_path / "nope.json")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -359,7 +362,7 @@ def test_malformed_results_exit_2_naming_file_and_field(tmp_path, capsys, name, 
     rc, out, err = run(capsys, *args)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert rc == 2 and out == "", (rc, out)
-    assert len(lines) == 1 and lines[0].startswith(f"python -m bench compare: error: {bad}"), lines
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}"), lines
     assert needle in lines[0], lines[0]
 
 
@@ -380,7 +383,7 @@ def ramp(n: int, start: float, end: float, rel: float = 0.003, seed: int = 0) ->
 
 
 def test_drift_figure():
-    from reports.compare import drift
+    from results.drift import drift
 
     d, p = drift([1.0] * 10 + [1.5] * 80 + [1.1] * 10)
     assert d == pytest.approx(0.1) and p < 1e-3
@@ -450,7 +453,7 @@ def test_bad_options_one_line(tmp_path, capsys, opt):
     good = write(tmp_path, "good.json", [case("gdpa_triton", noisy(1.0))])
     rc, out, err = run(capsys, good, good, *opt)
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("python -m bench compare: error:")
+    assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("error:")
     assert opt[0] in lines[0]
 
 

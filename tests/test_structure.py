@@ -15,6 +15,11 @@ PACKAGES = ("support", "workloads", "kernels", "results", "reports", "bench")
 # `support` is the bottom every package may use; `results` (the results contract) is below the report and
 # the harness, which both go through it.
 ALLOWED = {pkg: set(PACKAGES[: i + 1]) for i, pkg in enumerate(PACKAGES)}
+# Under bench/ only the report step draws for people: the runner, the shard merge and the monitor write
+# through the results layer and never import the presentation.
+REPORT_STEP = {"bench.reporting"}
+# The results layer is the contract, not a picture of it.
+PRESENTATION = ("reports", "matplotlib")
 MAX_LINES = 500
 # Optional dependencies (pyproject extras): a module built on one imports only where it is installed.
 OPTIONAL = {"cutlass", "flash_attn", "quack", "cuda", "submitit"}
@@ -117,6 +122,19 @@ def test_layering():
         for mod, _, line in imports_of(name, path):
             if first_party(mod) and mod.split(".")[0] not in ALLOWED[pkg]:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod}")
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_report_step_imports_the_presentation():
+    bad = []
+    for name, path in MODULES.items():
+        pkg = name.split(".")[0]
+        for mod, _, line in imports_of(name, path):
+            top = mod.split(".")[0]
+            if pkg == "results" and top in PRESENTATION:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod} (the results layer imports no presentation)")
+            if pkg == "bench" and top == "reports" and name not in REPORT_STEP:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {mod} (only {', '.join(REPORT_STEP)} may)")
     assert not bad, "\n".join(bad)
 
 

@@ -291,19 +291,19 @@ def adopt_single_run(run_dir: Path, cfg: LoadedConfig) -> dict:
     return plan
 
 
-def run_sharded(cfg: LoadedConfig, cases: list[Case], a) -> int:
+def run_sharded(cfg: LoadedConfig, cases: list[Case], args) -> int:
     """`python -m bench run CONFIG --gpus ...`: one worker per GPU, one merged run folder."""
-    if getattr(a, "device", None) is not None:
+    if getattr(args, "device", None) is not None:
         raise UsageError("--device and --gpus cannot be combined: --gpus picks the devices")
-    labels = parse_gpus(a.gpus, cfg.model.device)
-    argv = getattr(a, "argv", None) or sys.argv[1:]
-    if a.resume:
-        run_dir = Path(a.resume)
+    labels = parse_gpus(args.gpus, cfg.model.device)
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    if args.resume:
+        run_dir = Path(args.resume)
         if not run_dir.is_dir():
             raise UsageError(f"--resume {run_dir}: no such folder")
         if not (run_dir / "results.json").is_file() and read_plan(run_dir) is not None:
             merge_planned(run_dir)  # the parent died before merging: merge what the shards recorded
-        check_resume(cfg, run_dir, getattr(a, "force", False))
+        check_resume(cfg, run_dir, getattr(args, "force", False))
         done = {c["id"] for c in read_results(run_dir).get("cases", [])}
         todo = [c for c in cases if c.id not in done]
         print(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded", flush=True)
@@ -314,6 +314,6 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], a) -> int:
             print(f"done: nothing to do. results: {run_dir / 'results.json'}", flush=True)
             return 0
         return run_local(cfg, todo, run_dir, labels, resume=True, argv=argv)
-    run_dir = Path(a.out) if a.out else default_run_dir(cfg)
-    check_new_run_dir(run_dir, "--out" if a.out else f"{cfg.path}: output_dir:")
+    run_dir = Path(args.out) if args.out else default_run_dir(cfg)
+    check_new_run_dir(run_dir, "--out" if args.out else f"{cfg.path}: output_dir:")
     return run_local(cfg, cases, run_dir, labels, argv=argv)

@@ -82,40 +82,44 @@ def node_job(config_path: str, node_dir: str, case_ids: list[str], gpus: str, no
     }
 
 
-def submit(cfg: LoadedConfig, a) -> int:
+def submit(cfg: LoadedConfig, args) -> int:
     """`python -m bench submit CONFIG --nodes N ...`: one job per node through submitit, then one merge."""
     try:
         import submitit  # noqa: PLC0415  (optional: the cluster extra)
     except ImportError:
         raise UsageError("bench submit needs submitit: pip install -e '.[cluster]'") from None
-    for name, val in (("--nodes", a.nodes), ("--gpus-per-node", a.gpus_per_node), ("--timeout-min", a.timeout_min)):
+    for name, val in (
+        ("--nodes", args.nodes),
+        ("--gpus-per-node", args.gpus_per_node),
+        ("--timeout-min", args.timeout_min),
+    ):
         if val is None or val < 1:
             raise UsageError(f"{name}: must be a positive integer, got {val}")
-    cases = select_cases(cfg, a.only, a.providers)
+    cases = select_cases(cfg, args.only, args.providers)
     cuda = cfg.model.device == "cuda"
-    G, N = a.gpus_per_node, a.nodes
-    if a.local and cuda:
+    G, N = args.gpus_per_node, args.nodes
+    if args.local and cuda:
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if N * G > have:
             raise UsageError(f"--local --nodes {N} --gpus-per-node {G}: needs {N * G} GPUs here, {have} visible")
-    if not a.local and shutil.which("sbatch") is None:
+    if not args.local and shutil.which("sbatch") is None:
         raise UsageError(
             "bench submit: Slurm's sbatch is not on PATH here; --local runs the nodes on this machine (testing)"
         )
-    run_dir = Path(a.out) if a.out else default_run_dir(cfg)
-    check_new_run_dir(run_dir, "--out" if a.out else f"{cfg.path}: output_dir:")
+    run_dir = Path(args.out) if args.out else default_run_dir(cfg)
+    check_new_run_dir(run_dir, "--out" if args.out else f"{cfg.path}: output_dir:")
     run_dir = run_dir.resolve()
     folder = run_dir / "submitit"
-    if a.local:
+    if args.local:
         executor = submitit.LocalExecutor(folder=folder)
     else:
-        executor = slurm_executor(folder, f"gdpa-bench-{cfg.name}", G, a.timeout_min, a.partition)
+        executor = slurm_executor(folder, f"gdpa-bench-{cfg.name}", G, args.timeout_min, args.partition)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = str(cfg.path.resolve())
     node_cases = shard_cases(cases, N, cfg.model)
     plan = {
         "schema": PLAN_SCHEMA,
-        "kind": "local-submit" if a.local else "slurm",
+        "kind": "local-submit" if args.local else "slurm",
         "config": str(cfg.path),
         "gpus_per_node": G,
         "cases": [c.id for c in cases],
@@ -143,9 +147,9 @@ def submit(cfg: LoadedConfig, a) -> int:
         if not nc:
             print(f"node{k}: no case (only {len(cases)} cases for {N} nodes); not submitted", flush=True)
             continue
-        if a.local:
+        if args.local:
             executor.update_parameters(
-                timeout_min=a.timeout_min,
+                timeout_min=args.timeout_min,
                 nodes=1,
                 tasks_per_node=1,
                 gpus_per_node=G if cuda else 0,

@@ -27,7 +27,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from reports.compare import drift  # noqa: E402  (the repository on the path first)
+from results.drift import drift  # noqa: E402  (the repository on the path first)
 
 
 def _pct(a) -> str:
