@@ -14,6 +14,8 @@ import pandas as pd
 from kernels.registry import MODES
 from reports.document import DASH, Image, Section, Table, fmt, fmt_date, isnum
 from reports.environment import environment_table
+from reports.plots import load_plot_modules
+from reports.plots.registry import registered
 from results.frame import provider_label
 from results.metrics import WORKLOAD_METRICS, Metric, shown_in
 from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
@@ -172,34 +174,22 @@ def _workload_table(workloads: dict, cases: pd.DataFrame) -> Table:
     )
 
 
-PLOT_CAPTIONS = {
-    "tflops_vs_length": "Achieved TFLOP/s vs max sequence length, one line per provider (dashed: softmax), "
-    "with the datasheet peak and the measured GEMM ceiling.",
-    "speedup": "Speedup vs the baseline provider on each shape (> 1: faster than the baseline).",
-    "power_timeline": "Power and SM clock over the run; shaded bands are cases; red ticks: a throttle reason was set.",
-    "roofline": "Roofline: arithmetic intensity (FLOPs over compulsory HBM bytes) vs achieved TFLOP/s.",
-    "workload_lengths": "Length distributions of every workload (Q filled, KV outlined).",
-}
-
-
 def _plot_blocks(files: list[Path]) -> list[Any]:
+    """Every registered plot under its caption, in report order: a plot drawn but not shown cannot happen
+    (a plot needs a caption to register), and one registered but not drawn says so."""
     by_name = {f.name: f for f in files}
     blocks: list[Any] = []
-    for stem, caption in PLOT_CAPTIONS.items():
-        png = by_name.get(f"{stem}.png")
-        if png is None:
+    load_plot_modules()
+    for p in registered():
+        png, csvs = p.files(Path("."))
+        if png.name not in by_name:
+            blocks.append(f"The plot {p.name} was not drawn.")
             continue
-        csvs = [by_name[n] for n in (f"{stem}.csv", f"{stem}_cases.csv") if n in by_name]
-        blocks.append(Image(png, caption, csvs))
-    per_wl = [f for f in files if f.name.startswith("lengths_") and f.suffix == ".png"]
-    if per_wl:
-        blocks.append(
-            Section(
-                "Per-workload length histograms",
-                [Image(f, f.stem.removeprefix("lengths_")) for f in per_wl],
-                collapsed=True,
-            )
-        )
+        blocks.append(Image(by_name[png.name], p.caption, [by_name[c.name] for c in csvs if c.name in by_name]))
+        extras = [f for f in files if p.extras_prefix and f.name.startswith(p.extras_prefix) and f.suffix == ".png"]
+        if extras:
+            images = [Image(f, f.stem.removeprefix(p.extras_prefix)) for f in extras]
+            blocks.append(Section(p.extras_title, images, collapsed=True))
     return blocks
 
 

@@ -9,8 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,9 @@ import pytest
 from matplotlib import image as mpimg
 
 from reports import plots
+from reports.plots import lengths as lengths_plot
+from reports.plots.power import MAX_BAND_LABELS, MAX_BINS, POWER_PLOT_COLUMNS
+from reports.plots.registry import PlotData
 from reports.render import render_report
 from results import figures, frame
 from results.figures import min_bytes, tflops, utilization
@@ -263,7 +264,7 @@ def test_plot_csvs_hold_the_plotted_rows(h200):
     assert len(pt) == len(power)  # short run: not downsampled
     bands = _csv(run, "power_timeline_cases.csv")
     assert set(bands["case_id"]) == set(power.loc[power["case_id"] != "", "case_id"])
-    assert 0 < bands["labelled"].sum() <= plots.MAX_BAND_LABELS
+    assert 0 < bands["labelled"].sum() <= MAX_BAND_LABELS
 
     wl = _csv(run, "workload_lengths.csv")
     assert len(wl) == sum(len(w["q_lengths"]) for w in h200["workloads"].values())
@@ -336,13 +337,13 @@ def test_render_without_power_data_and_cap_mismatch(tmp_path):
     png = run / "plots" / "power_timeline.png"
     assert_png(png, min_var=1e-5)  # the message is drawn
     empty = pd.read_csv(run / "plots" / "power_timeline.csv")
-    assert empty.empty and list(empty.columns) == list(plots.POWER_PLOT_COLUMNS)
+    assert empty.empty and list(empty.columns) == list(POWER_PLOT_COLUMNS)
     assert "RuntimeError: kaboom in naive" in html
 
 
 def test_power_timeline_placeholder_reason_and_downsampling(tmp_path):
     meta = synth.gpu_meta(monitor={"available": False, "unavailable_reason": "NVML: insufficient permissions"})
-    plots.plot_power_timeline(None, meta, None, tmp_path / "a")
+    plots.draw_plot("power_timeline", tmp_path / "a", PlotData(meta, pd.DataFrame(), {}))
     assert_png(tmp_path / "a" / "power_timeline.png", min_var=1e-5)
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "power.csv").write_text(
@@ -350,17 +351,21 @@ def test_power_timeline_placeholder_reason_and_downsampling(tmp_path):
     )
     empty = read_power(tmp_path / "e")
     assert empty is not None and empty.empty and read_power(tmp_path / "nowhere") is None
-    files = plots.plot_power_timeline(empty, synth.gpu_meta(), None, tmp_path / "e" / "plots")
+    files = plots.draw_plot(
+        "power_timeline", tmp_path / "e" / "plots", PlotData(synth.gpu_meta(), pd.DataFrame(), {}, empty)
+    )
     assert_png(files[0], min_var=1e-5) and pd.read_csv(files[1]).empty
     res = synth.make_results([_case("gdpa_triton", 1.0, L=256), _case("fa4", 1.2, L=256)])
     power = synth.power_frame(res, dt=0.001, per_case_s=3.0, gap_s=0.5, gpus=2)  # 2 × 7000 samples
-    assert len(power) > 2 * plots.MAX_BINS
+    assert len(power) > 2 * MAX_BINS
     power.to_csv(tmp_path / "power.csv", index=False)
-    files = plots.plot_power_timeline(read_power(tmp_path), res["meta"], None, tmp_path / "b")
+    files = plots.draw_plot(
+        "power_timeline", tmp_path / "b", PlotData(res["meta"], pd.DataFrame(), {}, read_power(tmp_path))
+    )
     assert_png(files[0])
     drawn = pd.read_csv(files[1])
     assert set(drawn["gpu_index"]) == {0, 1}
-    assert (drawn.groupby("gpu_index").size() <= plots.MAX_BINS).all()
+    assert (drawn.groupby("gpu_index").size() <= MAX_BINS).all()
     assert (drawn["power_w_max"] >= drawn["power_w"] - 1e-9).all()
     assert drawn["power_w_max"].max() == pytest.approx(power["power_w"].max())
     assert len(pd.read_csv(files[2])) == 2 * 2  # two cases on each of two GPUs
@@ -412,35 +417,28 @@ def test_render_legacy_run_with_missing_fields(tmp_path):
 
 def test_length_histograms_go_through_workloads_plot(tmp_path, monkeypatch):
     calls = []
+    real = lengths_plot.plot_length_histogram
 
-    def fake(q_lengths, kv_lengths, path, title):
+    def spy(q_lengths, kv_lengths, path, title):
         calls.append((np.asarray(q_lengths), np.asarray(kv_lengths), Path(path), title))
-        plots.fallback_length_histogram(q_lengths, kv_lengths, path, title)
+        real(q_lengths, kv_lengths, path, title)
 
-    mod = types.ModuleType("workloads.plot")
-    mod.plot_length_histogram = fake
-    monkeypatch.setitem(sys.modules, "workloads.plot", mod)
+    monkeypatch.setattr(lengths_plot, "plot_length_histogram", spy)
     wl = {
         "set1/L=64/fill=0.5": synth.make_workload("set1", 64, 0.5, B=16),
         "set2/L=64/fill=1.0": synth.make_workload("set2", 64, 1.0, B=16),
     }
-    files = plots.plot_length_histograms(wl, tmp_path)
+    files = plots.draw_plot("workload_lengths", tmp_path, PlotData({}, pd.DataFrame(), wl))
     assert [c[3] for c in calls] == list(wl)
     assert calls[0][0].tolist() == wl["set1/L=64/fill=0.5"]["q_lengths"]
     assert calls[1][1].tolist() == [256] * 16
     assert [c[2].name for c in calls] == ["lengths_set1_L-64_fill-0.5.png", "lengths_set2_L-64_fill-1.0.png"]
     names = [Path(f).name for f in files]
+    assert names[:2] == [c[2].name for c in calls]
     assert names[-2:] == ["workload_lengths.png", "workload_lengths.csv"]
-    assert_png(tmp_path / "workload_lengths.png")
+    for f in files[:3]:
+        assert_png(f)
     assert len(pd.read_csv(tmp_path / "workload_lengths.csv")) == 32
-
-
-@pytest.mark.skipif(importlib.util.find_spec("workloads.plot") is None, reason="workloads.plot not written yet")
-def test_real_workloads_plot_is_used(tmp_path):
-    wl = {"w": synth.make_workload("set1", 128, 0.5, B=32)}
-    files = plots.plot_length_histograms(wl, tmp_path)  # PlotWarning (a fallback) would fail this test
-    assert_png(tmp_path / "lengths_w.png")
-    assert tmp_path / "lengths_w.png" in files
 
 
 # ------------------------------------------------------------------------------------ headless Chromium
@@ -478,3 +476,56 @@ def test_chromium_screenshot_of_report(request, tmp_path):
     assert var > 5e-3, f"screenshot looks blank (pixel variance {var:.2e}; a blank page is 0)"
     gray = img[..., :3].mean(axis=-1)
     assert (gray < 0.5).mean() > 0.005  # text and plot lines are drawn
+
+
+# ---------------------------------------------------------------------------------- the plot registry
+
+
+def test_a_plot_without_a_caption_is_refused():
+    from reports.plots.registry import plot
+
+    for caption in ("", "   "):
+        with pytest.raises(ValueError, match="a caption is required"):
+            plot("uncaptioned", caption=caption, order=99, columns=("id",))
+
+
+def test_every_png_of_a_run_is_in_its_report(h200):
+    md = h200["md"]
+    for png in (h200["run"] / "plots").glob("*.png"):
+        assert f"(plots/{png.name})" in md, f"{png.name} is drawn but not in report.md"
+
+
+def test_every_plot_module_registers_a_plot():
+    import pkgutil
+
+    from reports.plots.registry import registered
+
+    plots.load_plot_modules()
+    homes = {p.draw.__module__.rsplit(".", 1)[-1] for p in registered()}
+    modules = {m.name for m in pkgutil.iter_modules(plots.__path__)} - {"common", "registry"}
+    assert modules == homes
+
+
+def test_adding_a_plot_is_one_decorated_function(tmp_path, monkeypatch):
+    """The worked example of reports/plots/registry.py: one function with its caption — nothing else — and
+    the report draws it, writes its CSV and shows it under its caption, in its place."""
+    from reports.plots import registry
+    from reports.plots.common import figure, ok_cases
+
+    monkeypatch.setattr(registry, "PLOTS", dict(registry.PLOTS))
+
+    @registry.plot("tflops_per_watt", order=35, caption="TFLOP/s per watt of every ok case.", columns=("id", "tflops"))
+    def tflops_per_watt(data, out):
+        ok = ok_cases(data.cases)
+        if ok.empty:
+            raise registry.NothingToPlot("no ok cases: nothing to plot", "TFLOP/s per watt")
+        fig = figure(8, 4)
+        fig.add_subplot().bar(range(len(ok)), ok["tflops"])
+        return registry.Drawing(fig, {"": ok[["id", "tflops"]]})
+
+    run = run_from(tmp_path, _small_results())
+    md = render_report(run)["md"].read_text()
+    assert "![TFLOP/s per watt of every ok case.](plots/tflops_per_watt.png)" in md
+    assert md.index("plots/power_timeline.png") < md.index("plots/tflops_per_watt.png") < md.index("plots/roofline.png")
+    assert len(pd.read_csv(run / "plots" / "tflops_per_watt.csv")) == 4
+    assert_png(run / "plots" / "tflops_per_watt.png")

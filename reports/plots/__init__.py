@@ -1,71 +1,50 @@
-"""Plots of one run. Each plot writes a PNG and, beside it, a CSV of exactly the data drawn.
+"""The plots of one run. Each plot is one module of this package: a function decorated with `@plot` (its
+caption, its place in the report, its CSV columns; reports.plots.registry), found here without being
+listed. Each writes a PNG under `<run_dir>/plots/` and, beside it, a CSV of exactly the data drawn; with
+nothing to draw, a PNG that says why and CSVs with headers only.
 
-Files (under `<run_dir>/plots/`):
+- `tflops_vs_length`: TFLOP/s vs max length, one line per provider, one panel per set × mode × other sweep
+  values; datasheet peak and measured GEMM ceiling as horizontal lines (CSV rows `kind=ceiling`).
+- `speedup`: speedup vs the baseline provider per shape (grouped bars per panel), a 1.0 line.
+- `power_timeline` (+ `power_timeline_cases.csv`, the case bands): power (W) and SM clock (MHz) over time
+  from power.csv, the power cap and the enforced limit, samples with a throttle reason as red ticks;
+  downsampled to ≤ 4000 bins per GPU when longer; the CSV holds what is drawn.
+- `roofline`: arithmetic intensity vs TFLOP/s (log-log), one point per ok case, the compute and
+  bandwidth roofs (CSV rows `kind=roof`).
+- `workload_lengths` (+ `lengths_<workload>.png`, one per workload, drawn by workloads.plot): every
+  workload's Q and KV length histograms; the CSV lists every sequence's lengths.
 
-- `tflops_vs_length.png/.csv`: TFLOP/s vs max length, one line per provider, one panel per set × mode ×
-  other sweep values; datasheet peak and measured GEMM ceiling as horizontal lines (CSV rows
-  `kind=ceiling`).
-- `speedup.png/.csv`: speedup vs the baseline provider per shape (grouped bars per panel), a 1.0 line.
-- `power_timeline.png/.csv` + `power_timeline_cases.csv`: power (W) and SM clock (MHz) over time from
-  power.csv, the power cap and the enforced limit, each case a shaded band (`_cases.csv`: the bands);
-  samples with a throttle reason (power cap, thermal, slowdown, brake) as red ticks. Downsampled to
-  ≤ 4000 bins per GPU (mean power, max power, mean clock per bin) when longer; the CSV holds what is drawn.
-- `roofline.png/.csv`: arithmetic intensity vs TFLOP/s (log-log), one point per ok case, the compute and
-  bandwidth roof (CSV rows `kind=roof` are the roof polylines).
-- `lengths_<workload>.png`: one per workload, drawn by `workloads.plot.plot_length_histogram` (a local
-  fallback draws it when that module is missing or raises).
-- `workload_lengths.png/.csv`: all workloads in one grid (Q and KV length histograms per workload); the
-  CSV lists every sequence's lengths.
-
-A plot with nothing to draw still writes its PNG (a message saying why) and a CSV with headers only.
 Only the object-oriented Matplotlib API is used (Figure + FigureCanvasAgg): no pyplot global state.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from reports.plots.common import PlotWarning, placeholder, provider_colors
-from reports.plots.lengths import LENGTHS_COLUMNS, fallback_length_histogram, plot_length_histograms
-from reports.plots.power import BAND_COLUMNS, MAX_BAND_LABELS, MAX_BINS, POWER_PLOT_COLUMNS, plot_power_timeline
-from reports.plots.roofline import ROOFLINE_COLUMNS, plot_roofline
-from reports.plots.speedup import SPEEDUP_COLUMNS, plot_speedup
-from reports.plots.tflops import TFLOPS_COLUMNS, plot_tflops_vs_length
+from reports.plots.common import PlotWarning, placeholder
+from reports.plots.registry import PlotData, draw, registered
 from results.power_csv import read_power
 
-__all__ = [
-    "BAND_COLUMNS",
-    "LENGTHS_COLUMNS",
-    "MAX_BAND_LABELS",
-    "MAX_BINS",
-    "POWER_PLOT_COLUMNS",
-    "ROOFLINE_COLUMNS",
-    "SPEEDUP_COLUMNS",
-    "TFLOPS_COLUMNS",
-    "PlotWarning",
-    "fallback_length_histogram",
-    "make_all_plots",
-    "placeholder",
-    "plot_length_histograms",
-    "plot_power_timeline",
-    "plot_roofline",
-    "plot_speedup",
-    "plot_tflops_vs_length",
-    "provider_colors",
-]
+# the package's own machinery; every other module of it holds plots
+_FRAMEWORK = {"common", "registry"}
 
 
-# ----------------------------------------------------------------------------------------------- all
+def load_plot_modules() -> None:
+    """Import every plot module of this package (each registers its plots on import)."""
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in _FRAMEWORK:
+            importlib.import_module(f"{__name__}.{info.name}")
 
 
 def make_all_plots(
     run_dir: str | Path, meta: dict, cases: pd.DataFrame, workloads: dict, baseline: str | None = None
 ) -> list[Path]:
-    """Every plot of a run into `<run_dir>/plots/`; returns every file written (PNGs and CSVs).
+    """Every registered plot of a run into `<run_dir>/plots/`; returns every file written (PNGs and CSVs).
 
     A plot that raises is replaced by a placeholder PNG naming the error (and a `PlotWarning`), so one
     broken plot never stops the report.
@@ -75,19 +54,21 @@ def make_all_plots(
         run_dir = run_dir.parent
     out = run_dir / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    power = read_power(run_dir)
-    jobs: list[tuple[str, Callable[[], list[Path]]]] = [
-        ("tflops_vs_length", lambda: plot_tflops_vs_length(cases, meta, out)),
-        ("speedup", lambda: plot_speedup(cases, meta, out, baseline=baseline)),
-        ("power_timeline", lambda: plot_power_timeline(power, meta, cases, out)),
-        ("roofline", lambda: plot_roofline(cases, meta, out)),
-        ("workload_lengths", lambda: plot_length_histograms(workloads, out)),
-    ]
+    load_plot_modules()
+    data = PlotData(meta, cases, workloads, read_power(run_dir), baseline)
     written: list[Path] = []
-    for name, job in jobs:
+    for p in registered():
         try:
-            written.extend(job())
+            written.extend(draw(p, data, out))
         except Exception as e:
-            warnings.warn(f"plot {name} failed: {e!r}", PlotWarning, stacklevel=2)
-            written.append(placeholder(out / f"{name}.png", f"plot failed: {type(e).__name__}: {e}", name))
+            warnings.warn(f"plot {p.name} failed: {e!r}", PlotWarning, stacklevel=2)
+            written.append(placeholder(out / f"{p.name}.png", f"plot failed: {type(e).__name__}: {e}", p.name))
     return written
+
+
+def draw_plot(name: str, out: str | Path, data: PlotData) -> list[Path]:
+    """One plot by name into the folder `out` (its files, as `make_all_plots` writes them)."""
+    load_plot_modules()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return draw(next(p for p in registered() if p.name == name), data, out)

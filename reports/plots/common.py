@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from kernels.registry import MODES
+from results.frame import provider_label
 
 DPI = 110
 
@@ -67,6 +69,42 @@ def placeholder(path: Path, message: str, title: str | None = None) -> Path:
 def grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     cols = max(1, min(max_cols, n))
     return math.ceil(n / cols), cols
+
+
+@dataclass
+class Panels:
+    """A figure with one panel per set × mode × sweep of `points` (panel order); iterating gives each
+    panel's axes, name and rows; `finish` hides the spare axes and draws the legend below."""
+
+    figure: Figure
+    axes: list[Any]
+    names: list[str]
+    points: pd.DataFrame
+
+    def __iter__(self) -> Iterator[tuple[Any, str, pd.DataFrame]]:
+        for ax, name in zip(self.axes, self.names, strict=False):
+            yield ax, name, self.points[self.points["panel"] == name]
+
+    def finish(self, handles: dict[str, Any], title: str) -> None:
+        for ax in self.axes[len(self.names) :]:
+            ax.set_axis_off()
+        legend(self.figure, handles, title)
+
+
+def panel_figure(points: pd.DataFrame, width: float, height: float, max_cols: int = 3) -> Panels:
+    """`Panels` of `width` × `height` inches each, at most `max_cols` a row, with room for a legend below."""
+    names = panel_order(points)
+    rows, cols = grid(len(names), max_cols)
+    fig = figure(width * cols, height * rows + 0.9)
+    return Panels(fig, list(fig.subplots(rows, cols, squeeze=False).ravel()), names, points)
+
+
+def each_provider(points: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame, str, bool]]:
+    """(provider, its rows, its legend label, whether it is a softmax provider), in provider order."""
+    for provider in provider_order(points):
+        rows = points[points["provider"] == provider]
+        soft = bool((rows["semantics"] == "softmax").any())
+        yield provider, rows, provider_label(provider, "softmax" if soft else "gdpa"), soft
 
 
 def provider_colors(providers: Sequence[str]) -> dict[str, Any]:

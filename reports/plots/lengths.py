@@ -1,30 +1,21 @@
-"""Workload length histograms: one PNG per workload through workloads.plot, and one grid of all."""
+"""Workload length histograms: one PNG per workload (workloads.plot, the same picture `gdpa-bench workloads`
+draws) and one grid of all of them."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from reports.plots.common import PlotWarning, figure, grid, placeholder, save, slug, write_csv
+from reports.plots.common import figure, grid, slug
+from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
+from workloads.plot import plot_length_histogram
 
 # ------------------------------------------------------------------------------- 5. length histograms
 
 LENGTHS_COLUMNS = ("workload", "seq", "q_len", "kv_len")
-
-
-def fallback_length_histogram(q_lengths: Any, kv_lengths: Any, path: str | Path, title: str) -> None:
-    """Used only when `workloads.plot` cannot be imported or fails: Q and KV length histograms."""
-    fig = figure(6.4, 3.6)
-    ax = fig.add_subplot()
-    _draw_lengths(ax, np.asarray(q_lengths), np.asarray(kv_lengths))
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    save(fig, Path(path))
 
 
 def _draw_lengths(ax: Any, q: np.ndarray, kv: np.ndarray) -> None:
@@ -42,23 +33,19 @@ def _draw_lengths(ax: Any, q: np.ndarray, kv: np.ndarray) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def _length_histogram_fn() -> Callable[..., Any]:
-    try:
-        from workloads.plot import plot_length_histogram  # noqa: PLC0415  (a fallback draws when it fails)
-    except ImportError as e:
-        warnings.warn(f"workloads.plot unavailable ({e}); drawing length histograms locally", PlotWarning, stacklevel=3)
-        return fallback_length_histogram
-    return plot_length_histogram
-
-
-def plot_length_histograms(workloads: dict, out_dir: str | Path) -> list[Path]:
-    """One `lengths_<workload>.png` per workload via `workloads.plot.plot_length_histogram`, plus the
-    grid `workload_lengths.png` and `workload_lengths.csv` (every sequence's Q and KV length)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png, csv = out_dir / "workload_lengths.png", out_dir / "workload_lengths.csv"
+@plot(
+    "workload_lengths",
+    order=50,
+    caption="Length distributions of every workload (Q filled, KV outlined).",
+    columns=LENGTHS_COLUMNS,
+    extras_title="Per-workload length histograms",
+    extras_prefix="lengths_",
+)
+def workload_lengths(data: PlotData, out: Path) -> Drawing:
+    """One `lengths_<workload>.png` per workload and the grid of all; the CSV holds every sequence's Q and
+    KV length."""
     items = []
-    for name, w in (workloads or {}).items():
+    for name, w in (data.workloads or {}).items():
         if not isinstance(w, dict):
             continue
         q = np.asarray([x for x in (w.get("q_lengths") or []) if x is not None], dtype=np.int64)
@@ -66,24 +53,12 @@ def plot_length_histograms(workloads: dict, out_dir: str | Path) -> list[Path]:
         if q.size or kv.size:
             items.append((str(name), q, kv))
     if not items:
-        placeholder(png, "no workload lengths recorded in results.json", "workload length distributions")
-        return [png, write_csv(pd.DataFrame(), csv, LENGTHS_COLUMNS)]
-    written: list[Path] = []
-    fn = _length_histogram_fn()
+        raise NothingToPlot("no workload lengths recorded in results.json", "workload length distributions")
+    extras = []
     for name, q, kv in items:
-        path = out_dir / f"lengths_{slug(name)}.png"
-        title = name  # plot_length_histogram adds B and the means itself
-        try:
-            fn(q, kv, path, title)
-        except Exception as e:
-            warnings.warn(
-                f"workloads.plot.plot_length_histogram failed for {name}: {e!r}; drawing locally",
-                PlotWarning,
-                stacklevel=2,
-            )
-            fallback_length_histogram(q, kv, path, title)
-        if path.exists():
-            written.append(path)
+        path = out / f"lengths_{slug(name)}.png"
+        plot_length_histogram(q, kv, path, name)  # it adds B and the means to the title itself
+        extras.append(path)
     nr, nc = grid(len(items), 4)
     fig = figure(4.2 * nc, 2.9 * nr + 0.5)
     axes = fig.subplots(nr, nc, squeeze=False).ravel()
@@ -99,6 +74,5 @@ def plot_length_histograms(workloads: dict, out_dir: str | Path) -> list[Path]:
     for ax in axes[len(items) :]:
         ax.set_axis_off()
     fig.suptitle("workload length distributions (filled: Q lengths, red outline: KV lengths)", fontsize=11)
-    save(fig, png)
     lengths = pd.concat(rows, ignore_index=True).replace(-1, pd.NA)
-    return [*written, png, write_csv(lengths, csv, LENGTHS_COLUMNS)]
+    return Drawing(fig, {"": lengths}, extras)

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from reports.plots.common import figure, placeholder, provider_colors, save, write_csv
+from reports.plots.common import figure, provider_colors
+from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 
 MAX_BINS = 4000  # per GPU: longer timelines are drawn as bins (mean power, max power, mean clock)
 MAX_BAND_LABELS = 14  # case bands labelled, evenly spread, so the text never piles up
@@ -43,25 +44,21 @@ def _downsample(g: pd.DataFrame) -> pd.DataFrame:
     return agg.reset_index(drop=True)
 
 
-def plot_power_timeline(
-    power: pd.DataFrame | None, meta: dict, cases: pd.DataFrame | None, out_dir: str | Path
-) -> list[Path]:
+@plot(
+    "power_timeline",
+    order=30,
+    caption="Power and SM clock over the run; shaded bands are cases; red ticks: a throttle reason was set.",
+    tables={"": POWER_PLOT_COLUMNS, "_cases": BAND_COLUMNS},
+)
+def power_timeline(data: PlotData, out: Path) -> Drawing:
     """Power and SM clock over time, the cap and enforced limit, one shaded band per case."""
-    out_dir = Path(out_dir)
-    png = out_dir / "power_timeline.png"
-    csv = out_dir / "power_timeline.csv"
-    bands_csv = out_dir / "power_timeline_cases.csv"
+    power, meta, cases = data.power, data.meta, data.cases
     if power is None or power.empty or power["power_w"].notna().sum() == 0:
         mon = meta.get("monitor") if isinstance(meta.get("monitor"), dict) else {}
         reason = mon.get("unavailable_reason") or (
             "power.csv is missing" if power is None else "power.csv has no samples"
         )
-        placeholder(png, f"no power data: {reason}", "power and SM clock over time")
-        return [
-            png,
-            write_csv(pd.DataFrame(), csv, POWER_PLOT_COLUMNS),
-            write_csv(pd.DataFrame(), bands_csv, BAND_COLUMNS),
-        ]
+        raise NothingToPlot(f"no power data: {reason}", "power and SM clock over time")
     drawn = pd.concat([_downsample(g) for _, g in power.groupby("gpu_index", sort=True)], ignore_index=True)
     # Case bands: first to last sample of each case on each GPU.
     tagged = power[power["case_id"] != ""]
@@ -157,5 +154,4 @@ def plot_power_timeline(
     note = f"; {n} cases (shaded), {int(bands['labelled'].sum())} labelled" if n else ""
     src = (meta.get("monitor") or {}).get("power_source") if isinstance(meta.get("monitor"), dict) else None
     fig.suptitle(f"power and SM clock over time{f' (source: {src})' if src else ''}{note}", fontsize=11)
-    save(fig, png)
-    return [png, write_csv(drawn, csv, POWER_PLOT_COLUMNS), write_csv(bands, bands_csv, BAND_COLUMNS)]
+    return Drawing(fig, {"": drawn, "_cases": bands})

@@ -10,18 +10,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from kernels.registry import MODES
-from reports.plots.common import (
-    figure,
-    fmt_num,
-    ok_cases,
-    placeholder,
-    provider_colors,
-    provider_order,
-    save,
-    write_csv,
-)
+from reports.plots.common import each_provider, figure, fmt_num, ok_cases, provider_colors
+from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import ceiling_for
-from results.frame import provider_label
 
 MODE_MARKERS = {"fwd": "o", "bwd": "s", "fwd_bwd": "^"}
 
@@ -42,15 +33,19 @@ ROOFLINE_COLUMNS = (
 )
 
 
-def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[Path]:
+@plot(
+    "roofline",
+    order=40,
+    caption="Roofline: arithmetic intensity (FLOPs over compulsory HBM bytes) vs achieved TFLOP/s.",
+    columns=ROOFLINE_COLUMNS,
+)
+def roofline(data: PlotData, out: Path) -> Drawing:
     """Arithmetic intensity (FLOP/B, log) vs achieved TFLOP/s (log) with the compute and bandwidth roof."""
-    out_dir = Path(out_dir)
-    png, csv = out_dir / "roofline.png", out_dir / "roofline.csv"
+    cases, meta = data.cases, data.meta
     ok = ok_cases(cases)
     pts = ok[(ok["intensity"] > 0) & (ok["tflops"] > 0)] if len(ok) else ok
     if pts.empty:
-        placeholder(png, "no ok cases with known sizes and timings: nothing to plot", "roofline")
-        return [png, write_csv(pd.DataFrame(), csv, ROOFLINE_COLUMNS)]
+        raise NothingToPlot("no ok cases with known sizes and timings: nothing to plot", "roofline")
     dtype = str(pts["dtype"].mode().iloc[0]) if pts["dtype"].notna().any() else None
     peaks = meta.get("peak_tflops") or {}
     sheet_c, meas_c = ceiling_for(peaks, dtype), ceiling_for(meta.get("measured_gemm_tflops"), dtype)
@@ -100,10 +95,8 @@ def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[
         )
         roof(sheet_c, sheet_b, sname, color="gray", lw=1.2, ls=":", label=sname)
     colors = provider_colors(cases["provider"].dropna())
-    for prov in provider_order(pts):
-        s = pts[pts["provider"] == prov]
-        soft = (s["semantics"] == "softmax").any()
-        label = provider_label(prov, "softmax" if soft else "gdpa")
+    points = []
+    for prov, s, label, soft in each_provider(pts):
         for mode, sm in s.groupby("mode", sort=False):
             ax.scatter(
                 sm["intensity"],
@@ -114,22 +107,7 @@ def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[
                 edgecolors=colors.get(prov),
                 linewidths=1.3,
             )
-        for _, r in s.iterrows():
-            rows.append(
-                dict(
-                    kind="case",
-                    name=label,
-                    id=r["id"],
-                    provider=prov,
-                    label=label,
-                    mode=r["mode"],
-                    dtype=r["dtype"],
-                    flops=r["flops"],
-                    min_bytes=r["min_bytes"],
-                    intensity=r["intensity"],
-                    tflops=r["tflops"],
-                )
-            )
+        points.append(s.assign(kind="case", name=label, provider=prov, label=label))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -143,12 +121,10 @@ def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[
             ls="",
             marker="o",
             color=colors.get(p),
-            markerfacecolor="none"
-            if (pts.loc[pts["provider"] == p, "semantics"] == "softmax").any()
-            else colors.get(p),
-            label=provider_label(p, pts.loc[pts["provider"] == p, "semantics"].iloc[0]),
+            markerfacecolor="none" if soft else colors.get(p),
+            label=label,
         )
-        for p in provider_order(pts)
+        for p, _, label, soft in each_provider(pts)
     ]
     mode_h = [
         Line2D([], [], ls="", marker=MODE_MARKERS[m], color="gray", label=m) for m in MODES if m in set(pts["mode"])
@@ -162,5 +138,4 @@ def plot_roofline(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[
         bbox_to_anchor=(1.01, 1.0),
     )
     ax.set_title(f"roofline ({dtype or 'dtype unknown'}; hollow markers: softmax providers)", fontsize=11)
-    save(fig, png)
-    return [png, write_csv(pd.DataFrame(rows), csv, ROOFLINE_COLUMNS)]
+    return Drawing(fig, {"": pd.concat([pd.DataFrame(rows), *points], ignore_index=True)})

@@ -6,19 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports.plots.common import (
-    figure,
-    grid,
-    legend,
-    ok_cases,
-    panel_order,
-    panel_title,
-    placeholder,
-    provider_colors,
-    provider_order,
-    save,
-    write_csv,
-)
+from reports.plots.common import each_provider, ok_cases, panel_figure, panel_title, provider_colors
+from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import speedup_vs_baseline
 from results.frame import baseline_provider, provider_label
 
@@ -37,15 +26,18 @@ SPEEDUP_COLUMNS = (
 )
 
 
-def plot_speedup(cases: pd.DataFrame, meta: dict, out_dir: str | Path, baseline: str | None = None) -> list[Path]:
+@plot(
+    "speedup",
+    order=20,
+    caption="Speedup vs the baseline provider on each shape (> 1: faster than the baseline).",
+    columns=SPEEDUP_COLUMNS,
+)
+def speedup(data: PlotData, out: Path) -> Drawing:
     """Speedup of every provider vs the baseline provider, per shape: grouped bars per panel."""
-    out_dir = Path(out_dir)
-    png, csv = out_dir / "speedup.png", out_dir / "speedup.csv"
-    base = baseline or cases.attrs.get("baseline") or baseline_provider(meta)
-    title = "speedup vs baseline"
+    cases = data.cases
+    base = data.baseline or cases.attrs.get("baseline") or baseline_provider(data.meta)
     if not base:
-        placeholder(png, "no baseline provider (meta.baseline_provider unset)", title)
-        return [png, write_csv(pd.DataFrame(), csv, SPEEDUP_COLUMNS)]
+        raise NothingToPlot("no baseline provider (meta.baseline_provider unset)", "speedup vs baseline")
     ok = ok_cases(cases)
     base_rows = ok[ok["provider"] == base] if len(ok) else ok
     base_sem = base_rows["semantics"].iloc[0] if len(base_rows) else None
@@ -53,49 +45,36 @@ def plot_speedup(cases: pd.DataFrame, meta: dict, out_dir: str | Path, baseline:
         sem = cases.loc[cases["provider"] == base, "semantics"]
         base_sem = sem.iloc[0] if len(sem) else None
     base_label = provider_label(base, base_sem)
-    pts = recompute_speedup(ok, base)
+    pts = _against(ok, base)
     if pts.empty:
         why = (
             f"baseline '{base_label}' has no ok case"
             if base_rows.empty
             else "no other provider has an ok case on a baseline shape"
         )
-        placeholder(png, f"no speedup data: {why}", f"speedup vs {base_label}")
-        return [png, write_csv(pd.DataFrame(), csv, SPEEDUP_COLUMNS)]
+        raise NothingToPlot(f"no speedup data: {why}", f"speedup vs {base_label}")
     base_ms = base_rows.groupby("shape")["median_ms"].min()
-    panels = panel_order(pts)
     colors = provider_colors(cases["provider"].dropna())
-    nr, nc = grid(len(panels), 2)
-    fig = figure(6.2 * nc, 3.7 * nr + 0.9)
-    axes = fig.subplots(nr, nc, squeeze=False).ravel()
+    grid = panel_figure(pts, 6.2, 3.7, max_cols=2)
     rows, handles = [], {}
-    for ax, panel in zip(axes, panels, strict=False):
-        sub = pts[pts["panel"] == panel]
+    for ax, panel, sub in grid:
         lens = sorted(sub["max_len"].astype(int).unique())
-        provs = provider_order(sub)
-        width = 0.8 / max(1, len(provs))
-        nbars = len(provs) * len(lens)
-        for j, prov in enumerate(provs):
-            s = sub[sub["provider"] == prov]
-            soft = (s["semantics"] == "softmax").any()
-            label = provider_label(prov, "softmax" if soft else "gdpa")
-            xs, ys = [], []
-            for _, r in s.iterrows():
-                xs.append(lens.index(int(r["max_len"])) + (j - (len(provs) - 1) / 2) * width)
-                ys.append(float(r["speedup"]))
-                rows.append(
-                    dict(
-                        panel=panel,
-                        shape=r["shape"],
-                        max_len=int(r["max_len"]),
-                        provider=prov,
-                        label=label,
-                        speedup=r["speedup"],
-                        median_ms=r["median_ms"],
-                        baseline=base,
-                        baseline_median_ms=base_ms.get(r["shape"]),
-                    )
+        series = list(each_provider(sub))
+        width = 0.8 / max(1, len(series))
+        nbars = len(series) * len(lens)
+        for j, (prov, s, label, soft) in enumerate(series):
+            xs = [lens.index(int(L)) + (j - (len(series) - 1) / 2) * width for L in s["max_len"]]
+            ys = [float(v) for v in s["speedup"]]
+            rows.append(
+                s.assign(
+                    panel=panel,
+                    max_len=s["max_len"].astype(int),
+                    provider=prov,
+                    label=label,
+                    baseline=base,
+                    baseline_median_ms=s["shape"].map(base_ms),
                 )
+            )
             bars = ax.bar(
                 xs,
                 ys,
@@ -125,14 +104,14 @@ def plot_speedup(cases: pd.DataFrame, meta: dict, out_dir: str | Path, baseline:
         ax.set_title(panel_title(panel), fontsize=10)
         ax.set_ylim(0, max(1.15, float(sub["speedup"].max()) * 1.15))
         ax.grid(True, axis="y", alpha=0.3)
-    for ax in axes[len(panels) :]:
-        ax.set_axis_off()
-    legend(fig, handles, f"speedup vs {base_label} on the same shape (time ratio; > 1 is faster; dashed line = 1.0)")
-    save(fig, png)
-    return [png, write_csv(pd.DataFrame(rows), csv, SPEEDUP_COLUMNS)]
+    title = f"speedup vs {base_label} on the same shape (time ratio; > 1 is faster; dashed line = 1.0)"
+    grid.finish(handles, title)
+    return Drawing(grid.figure, {"": pd.concat(rows, ignore_index=True)})
 
 
-def recompute_speedup(ok: pd.DataFrame, base: str) -> pd.DataFrame:
+def _against(ok: pd.DataFrame, base: str) -> pd.DataFrame:
+    """The ok cases of the other providers with their speedup over `base` (the plot's baseline may be
+    another than the frame's)."""
     if ok.empty:
         return ok
     ok = ok.copy()

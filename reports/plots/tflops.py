@@ -7,22 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from reports.plots.common import (
-    figure,
-    fmt_num,
-    grid,
-    legend,
-    ok_cases,
-    panel_order,
-    panel_title,
-    placeholder,
-    provider_colors,
-    provider_order,
-    save,
-    write_csv,
-)
+from reports.plots.common import each_provider, fmt_num, ok_cases, panel_figure, panel_title, provider_colors
+from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import ceiling_for
-from results.frame import provider_label
 
 # --------------------------------------------------------------------------------- 1. TFLOP/s vs length
 
@@ -43,30 +30,29 @@ TFLOPS_COLUMNS = (
 )
 
 
-def plot_tflops_vs_length(cases: pd.DataFrame, meta: dict, out_dir: str | Path) -> list[Path]:
+@plot(
+    "tflops_vs_length",
+    order=10,
+    caption="Achieved TFLOP/s vs max sequence length, one line per provider (dashed: softmax), "
+    "with the datasheet peak and the measured GEMM ceiling.",
+    columns=TFLOPS_COLUMNS,
+)
+def tflops_vs_length(data: PlotData, out: Path) -> Drawing:
     """TFLOP/s vs max sequence length; one line per provider, one panel per set × mode × sweep."""
-    out_dir = Path(out_dir)
-    png, csv = out_dir / "tflops_vs_length.png", out_dir / "tflops_vs_length.csv"
+    cases, meta = data.cases, data.meta
     ok = ok_cases(cases)
     ok = ok[ok["tflops"].notna() & ok["max_len"].notna()].drop_duplicates("id", keep="last") if len(ok) else ok
     if ok.empty:
-        placeholder(png, "no ok cases with timings: nothing to plot", "TFLOP/s vs max sequence length")
-        return [png, write_csv(pd.DataFrame(), csv, TFLOPS_COLUMNS)]
-    panels = panel_order(ok)
+        raise NothingToPlot("no ok cases with timings: nothing to plot", "TFLOP/s vs max sequence length")
     colors = provider_colors(cases["provider"].dropna())
     peaks = meta.get("peak_tflops") or {}
     gemm = meta.get("measured_gemm_tflops")
     rows, ceil_rows = [], []
-    nr, nc = grid(len(panels))
-    fig = figure(5.0 * nc, 3.6 * nr + 0.9)
-    axes = fig.subplots(nr, nc, squeeze=False).ravel()
+    grid = panel_figure(ok, 5.0, 3.6)
     handles: dict[str, Any] = {}
-    for ax, panel in zip(axes, panels, strict=False):
-        sub = ok[ok["panel"] == panel]
-        for prov in provider_order(sub):
-            s = sub[sub["provider"] == prov].sort_values("max_len")
-            soft = (s["semantics"] == "softmax").any()
-            label = provider_label(prov, "softmax" if soft else "gdpa")
+    for ax, panel, sub in grid:
+        for prov, s, label, soft in each_provider(sub):
+            s = s.sort_values("max_len")
             (line,) = ax.plot(
                 s["max_len"],
                 s["tflops"],
@@ -78,24 +64,7 @@ def plot_tflops_vs_length(cases: pd.DataFrame, meta: dict, out_dir: str | Path) 
                 label=label,
             )
             handles.setdefault(label, line)
-            for _, r in s.iterrows():
-                rows.append(
-                    dict(
-                        kind="case",
-                        panel=panel,
-                        set=r["set"],
-                        mode=r["mode"],
-                        sweep=r["sweep_label"],
-                        max_len=int(r["max_len"]),
-                        provider=prov,
-                        label=label,
-                        semantics=r["semantics"],
-                        dtype=r["dtype"],
-                        tflops=r["tflops"],
-                        median_ms=r["median_ms"],
-                        id=r["id"],
-                    )
-                )
+            rows.append(s.assign(kind="case", panel=panel, sweep=s["sweep_label"], provider=prov, label=label))
         ymax = float(sub["tflops"].max())
         for dtype in sorted(sub["dtype"].dropna().astype(str).unique()):
             pk = ceiling_for(peaks, dtype)
@@ -136,12 +105,8 @@ def plot_tflops_vs_length(cases: pd.DataFrame, meta: dict, out_dir: str | Path) 
         ax.set_ylabel("TFLOP/s")
         ax.set_title(panel_title(panel), fontsize=10)
         ax.grid(True, alpha=0.3)
-    for ax in axes[len(panels) :]:
-        ax.set_axis_off()
-    legend(
-        fig, handles, "achieved TFLOP/s (dashed: softmax providers; dotted: datasheet peak; dash-dot: measured GEMM)"
-    )
-    save(fig, png)
-    table = pd.DataFrame(rows + ceil_rows)
-    table["max_len"] = table["max_len"].astype("Int64") if "max_len" in table else pd.NA
-    return [png, write_csv(table, csv, TFLOPS_COLUMNS)]
+    title = "achieved TFLOP/s (dashed: softmax providers; dotted: datasheet peak; dash-dot: measured GEMM)"
+    grid.finish(handles, title)
+    table = pd.concat([*rows, pd.DataFrame(ceil_rows)], ignore_index=True)[list(TFLOPS_COLUMNS)]
+    table["max_len"] = table["max_len"].astype("Int64")
+    return Drawing(grid.figure, {"": table})
