@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from results.figures import case_flops
-from workloads import build_lengths, make_batch, work_pairs
+from workloads import build_lengths, make_batch, resolve_pairing_params, work_pairs
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -196,9 +196,8 @@ def expand_set(s, check) -> list[Workload]:
             point = dict(zip(keys, combo, strict=True))
             fparams = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("lengths.")}
             rparams = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("kv.")}
-            if rule == "fixed_kv" and rparams.get("kv_len") in (None, "max_len"):
-                rparams["kv_len"] = L
             run_params = check(family, fparams, rule, rparams, L, point["seed"], point["sort_by_length"])
+            rparams = resolve_pairing_params(rule, rparams, L)  # what the workload records it ran with
             sweep = {}
             for k, v in point.items():
                 short = k.split(".", 1)[-1]

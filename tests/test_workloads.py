@@ -39,7 +39,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def test_exports_and_registry():
     assert workloads.JaggedBatch and workloads.make_batch  # pre-existing exports kept
     assert set(FAMILIES) == {"uniform_fill", "hstu_sl", "lognormal", "zipf", "spike", "empirical"}
-    assert PAIRINGS == ("self", "fixed_kv", "target_history", "seeds")
+    assert tuple(PAIRINGS) == ("self", "fixed_kv", "target_history", "seeds")
     for name, fam in FAMILIES.items():
         assert fam.sample.__doc__ and len(fam.sample.__doc__) > 80, name  # sources documented
     assert family_params("uniform_fill") == {"fill": REQUIRED}
@@ -627,3 +627,26 @@ def test_any_junk_parameter_is_a_one_line_value_error(tmp_path, monkeypatch):
         attempt(junk, {}, "self", {})
         attempt("uniform_fill", {"fill": 0.5}, junk, {})
     assert tried > 700 and rejected > tried // 2
+
+
+def test_a_pairing_rule_is_one_decorated_function(monkeypatch):
+    """Pairing rules are a registry like the length families: a new rule is one function, and its
+    parameters are checked and resolved like every other rule's."""
+    from workloads import pairing
+    from workloads.lengths import Param, real
+
+    monkeypatch.setattr(pairing, "PAIRINGS", dict(pairing.PAIRINGS))
+
+    @pairing.register_pairing("half_kv", frac=Param(0.5, real(0, 1, lo_open=True)))
+    def half_kv(lengths, max_len, seed, *, frac):
+        return lengths.copy(), np.ceil(lengths * frac).astype(np.int64)
+
+    q, k = pairing.build_lengths("uniform_fill", {"fill": 1.0}, "half_kv", {}, batch_size=8, max_len=16, seed=1)
+    assert (k == np.ceil(q * 0.5)).all()
+    assert pairing.resolve_pairing_params("half_kv", {}, 16) == {"frac": 0.5}
+    with pytest.raises(ValueError, match="frac"):
+        pairing.check_pairing_params("half_kv", {"frac": 2})
+    # a parameter that defaults to the workload's max length (fixed_kv's kv_len) resolves to it
+    assert pairing.resolve_pairing_params("fixed_kv", {}, 64) == {"kv_len": 64}
+    assert pairing.resolve_pairing_params("fixed_kv", {"kv_len": "max_len"}, 64) == {"kv_len": 64}
+    assert pairing.resolve_pairing_params("fixed_kv", {"kv_len": 256}, 64) == {"kv_len": 256}

@@ -23,12 +23,15 @@ from workloads.lengths import (
     sample_lengths,
 )
 from workloads.pairing import (
+    MAX_LEN,
     PAIRINGS,
     build_lengths,
     check_pairing_params,
     check_workload,
     pair_lengths,
     pairing_params,
+    register_pairing,
+    resolve_pairing_params,
     sort_by_length,
 )
 from workloads.plot import plot_length_histogram
@@ -37,6 +40,7 @@ from workloads.stats import STATS_KEYS, lengths_sha256, stats, work_pairs
 __all__ = [
     "FAMILIES",
     "LOGNORMAL_PRESETS",
+    "MAX_LEN",
     "PAIRINGS",
     "REQUIRED",
     "STATS_KEYS",
@@ -54,7 +58,9 @@ __all__ = [
     "pairing_params",
     "plot_length_histogram",
     "register_family",
+    "register_pairing",
     "resolve_family_params",
+    "resolve_pairing_params",
     "sample_lengths",
     "sort_by_length",
     "stats",

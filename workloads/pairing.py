@@ -1,4 +1,5 @@
-"""Q/KV pairing rules, sorting by work, and `build_lengths` (family -> pairing -> optional sort).
+"""Q/KV pairing rules (one registry, like the length families), sorting by work, and `build_lengths`
+(family -> pairing -> optional sort).
 
 A length family gives one length L per sequence; a pairing rule turns it into (Lq, Lk) (docs/DESIGN.md §4):
 - `self`:           Lq = Lk = L                      (self-attention over the user history)
@@ -7,9 +8,16 @@ A length family gives one length L per sequence; a pairing rule turns it into (L
 - `seeds`:          Lk = L, Lq = num_seeds            (PMA / learned seed queries pooling a history)
 Pairing lengths are not capped at max_len: a fixed KV or a seed count longer than the Q maximum is a
 legitimate shape, and max_len only bounds what the length family draws.
+
+A rule is a function `(lengths, max_len, seed, **params) -> (q_lengths, kv_lengths)` registered with
+`@register_pairing(name, param=Param(default, check), ...)`; a parameter whose value (or default) is
+`MAX_LEN` takes the workload's max_len (`resolve_pairing_params`). To add a rule: one decorated function.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,33 +32,62 @@ from workloads.lengths import (
     sample_lengths,
 )
 
-PAIRINGS = ("self", "fixed_kv", "target_history", "seeds")
+MAX_LEN = "max_len"  # a parameter value (or default) meaning the workload's max length
 
-_PAIRING_PARAMS: dict[str, dict[str, Param]] = {
-    "self": {},
-    "fixed_kv": {"kv_len": Param(None, optional(integer(1)))},
-    "target_history": {"max_targets": Param(REQUIRED, integer(1))},
-    "seeds": {"num_seeds": Param(REQUIRED, integer(1))},
-}
+
+@dataclass(frozen=True)
+class Pairing:
+    name: str
+    pair: Callable[..., tuple[np.ndarray, np.ndarray]]
+    params: dict[str, Param]
+
+
+PAIRINGS: dict[str, Pairing] = {}
 
 # sub-stream id for the pairing rule's own draw; the family's streams use 0.. small ids
 _STREAM_PAIRING = 100
 
 
-def _rule(rule: str) -> dict[str, Param]:
-    if not isinstance(rule, str) or rule not in _PAIRING_PARAMS:
+def register_pairing(name: str, **params: Param):
+    """Decorator: register `fn(lengths, max_len, seed, **params) -> (q, kv)` as pairing rule `name`."""
+
+    def deco(fn):
+        if name in PAIRINGS:
+            raise ValueError(f"pairing rule {name!r} registered twice")
+        PAIRINGS[name] = Pairing(name, fn, dict(params))
+        return fn
+
+    return deco
+
+
+def _rule(rule: str) -> Pairing:
+    found = PAIRINGS.get(rule) if isinstance(rule, str) else None
+    if found is None:
         raise ValueError(f"unknown pairing rule {rule!r}; allowed: {', '.join(PAIRINGS)}")
-    return _PAIRING_PARAMS[rule]
+    return found
 
 
 def pairing_params(rule: str) -> dict[str, object]:
     """Parameter names of pairing `rule` -> default (`REQUIRED` where it has to be given)."""
-    return {k: p.default for k, p in _rule(rule).items()}
+    return {k: p.default for k, p in _rule(rule).params.items()}
+
+
+def resolve_pairing_params(rule: str, params: dict, max_len: int) -> dict:
+    """The parameters `rule` runs with at this max length: defaults filled in, and `MAX_LEN` — or no value
+    for a parameter whose default it is — replaced by it (a workload records these)."""
+    spec = _rule(rule).params
+    full = {k: p.default for k, p in spec.items() if p.default is not REQUIRED}
+    full.update(params or {})
+
+    def means_max_len(k: str, v: object) -> bool:
+        return (isinstance(v, str) and v == MAX_LEN) or (v is None and k in spec and spec[k].default == MAX_LEN)
+
+    return {k: max_len if means_max_len(k, v) else v for k, v in full.items()}
 
 
 def check_pairing_params(rule: str, params: dict) -> None:
     """Raise ValueError naming the first unknown, missing or out-of-range parameter of `rule`."""
-    spec = _rule(rule)
+    spec = _rule(rule).params
     where = f"pairing rule {rule!r}"
     params = dict(params or {})
     for k in params:
@@ -60,7 +97,7 @@ def check_pairing_params(rule: str, params: dict) -> None:
         if k not in params:
             if p.default is REQUIRED:
                 raise ValueError(f"{where}: missing required param {k!r}; allowed: {', '.join(spec)}")
-        elif p.check is not None:
+        elif p.check is not None and not (isinstance(params[k], str) and params[k] == MAX_LEN):
             p.check(where, k, params[k], None)
 
 
@@ -85,20 +122,35 @@ def pair_lengths(rule: str, lengths, *, max_len: int, seed: int = 0, **params) -
     if not is_int(max_len) or not 0 < max_len <= MAX_LENGTH:
         raise ValueError(f"bad value max_len={max_len!r}; allowed: an integer in [1, {MAX_LENGTH}]")
     L = _as_lengths(lengths, "lengths")
-    B = L.shape[0]
-    if rule == "self":
-        return L.copy(), L.copy()
-    if rule == "fixed_kv":
-        kv_len = params.get("kv_len")
-        kv_len = int(max_len if kv_len is None else kv_len)
-        return L.copy(), np.full(B, kv_len, dtype=np.int64)
-    if rule == "target_history":
-        rng = np.random.default_rng([int(seed), _STREAM_PAIRING])
-        q = rng.integers(1, int(params["max_targets"]), size=B, endpoint=True, dtype=np.int64)
-        return q, L.copy()
-    if rule == "seeds":
-        return np.full(B, int(params["num_seeds"]), dtype=np.int64), L.copy()
-    raise AssertionError(rule)  # unreachable: _rule() rejected it
+    return _rule(rule).pair(L, int(max_len), int(seed), **resolve_pairing_params(rule, params, int(max_len)))
+
+
+# --------------------------------------------------------------------------------------------------
+# the rules
+# --------------------------------------------------------------------------------------------------
+
+
+@register_pairing("self")
+def self_pairing(lengths: np.ndarray, max_len: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    return lengths.copy(), lengths.copy()
+
+
+@register_pairing("fixed_kv", kv_len=Param(MAX_LEN, optional(integer(1))))
+def fixed_kv(lengths: np.ndarray, max_len: int, seed: int, *, kv_len: int | None) -> tuple[np.ndarray, np.ndarray]:
+    kv = max_len if kv_len is None else int(kv_len)
+    return lengths.copy(), np.full(lengths.shape[0], kv, dtype=np.int64)
+
+
+@register_pairing("target_history", max_targets=Param(REQUIRED, integer(1)))
+def target_history(lengths: np.ndarray, max_len: int, seed: int, *, max_targets: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng([seed, _STREAM_PAIRING])
+    q = rng.integers(1, int(max_targets), size=lengths.shape[0], endpoint=True, dtype=np.int64)
+    return q, lengths.copy()
+
+
+@register_pairing("seeds", num_seeds=Param(REQUIRED, integer(1)))
+def seeds(lengths: np.ndarray, max_len: int, seed: int, *, num_seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.full(lengths.shape[0], int(num_seeds), dtype=np.int64), lengths.copy()
 
 
 def sort_by_length(q_lengths, kv_lengths) -> tuple[np.ndarray, np.ndarray]:
