@@ -112,16 +112,17 @@ class ProviderSpec:
 
 @dataclass(frozen=True)
 class Case:
+    """One case: a workload, a mode and a labelled provider."""
+
     id: str
     workload: Workload
-    provider: str  # the label
     mode: str
-    provider_name: str = ""  # the registry name ("": the same as the label)
-    options: dict = field(default_factory=dict)
+    provider: ProviderSpec
 
     @property
-    def spec(self) -> ProviderSpec:
-        return ProviderSpec(self.provider, self.provider_name or self.provider, dict(self.options))
+    def label(self) -> str:
+        """The provider's label: the case id's last segment and the results' `provider`."""
+        return self.provider.label
 
     def identity_fields(
         self,
@@ -139,8 +140,8 @@ class Case:
             "set": w.set,
             "max_len": w.max_len,
             "sweep": dict(w.sweep),
-            "provider": self.provider,
-            "provider_name": self.provider_name or self.provider,
+            "provider": self.label,
+            "provider_name": self.provider.name,
             "provider_options": options,
             "semantics": semantics,
             "mode": self.mode,
@@ -237,16 +238,7 @@ def cases_of(workloads: list[Workload], modes: list[str], providers: list[Provid
         rest = w.name.split("/", 1)[1]
         for mode in modes:
             for p in providers:
-                cases.append(
-                    Case(
-                        id=f"{w.set}/{mode}/{rest}/{p.label}",
-                        workload=w,
-                        provider=p.label,
-                        mode=mode,
-                        provider_name=p.name,
-                        options=dict(p.options),
-                    )
-                )
+                cases.append(Case(id=f"{w.set}/{mode}/{rest}/{p.label}", workload=w, mode=mode, provider=p))
     return cases
 
 
@@ -256,5 +248,5 @@ def select(cases: list[Case], only: str | None = None, labels: list[str] | None 
         rx = re.compile(only)
         cases = [c for c in cases if rx.search(c.id)]
     if labels:
-        cases = [c for c in cases if c.provider in labels]
+        cases = [c for c in cases if c.label in labels]
     return cases

@@ -88,8 +88,8 @@ def _child(cfg, case_id: str, device_index: int | None) -> int:
     w = case.workload
     device = torch.device("cuda", device_index or 0)
     batch = w.batch(device)
-    spec = case.spec
-    fn = get_provider(spec.name, spec.options or None).build(batch, spec_for(w, case.mode), case.mode)
+    provider = get_provider(case.provider.name, case.provider.options or None)
+    fn = provider.build(batch, spec_for(w, case.mode), case.mode)
     fn()
     fn()
     torch.cuda.synchronize(device)

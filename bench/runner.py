@@ -35,7 +35,7 @@ from results.files import ResultsWriteError, ResultsWriter, atomic_write, read_r
 from results.power_csv import append_timeline, power_csv_text, read_power_text
 from results.record import new_case_record, timing_fields
 from support.text import one_line
-from workloads import stats
+from workloads import length_stats
 
 __all__ = ["Runner", "correctness", "default_run_dir", "spec_for"]
 
@@ -62,7 +62,7 @@ class Runner:
         log=print,
     ):
         self.cfg, self.run_dir, self.device, self.log = cfg, Path(run_dir), device, log
-        self.m = cfg.model
+        self.settings = cfg.model  # the validated config's fields (timing, power, correctness, hardware)
         self.show_progress = progress
         self.resume = resume
         self.providers: dict[str, Provider] = {}  # one instance per label for the whole run
@@ -70,14 +70,14 @@ class Runner:
         self.monitor = None
         existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
         self.writer = ResultsWriter(self.run_dir, self.meta(), existing)
-        self.power = CasePower(None, self.m.power, self.time, sync_for(device))
+        self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
         self.progress = Progress(0, False, log)
         self.interrupted = False
 
     # -- setup -------------------------------------------------------------------------------------
     def meta(self) -> dict:
         info = envmod.collect(self.device)
-        hw = self.m.hardware
+        hw = self.settings.hardware
         peak, hbm, table_row = envmod.peaks(info["gpu"], hw.peak_tflops, hw.hbm_tb_s, hw.gpu)
         return {
             "config": str(self.cfg.path),
@@ -98,32 +98,32 @@ class Runner:
             "measured_gemm_tflops": None,
             "measured_copy_tb_s": None,
             "calibration": None,
-            "baseline_provider": self.m.baseline,
+            "baseline_provider": self.settings.baseline,
             "monitor": None,
             "providers": {label: {"name": s.name, "options": s.options} for label, s in self.cfg.providers.items()},
-            "timing": self.m.timing.model_dump(),
-            "correctness": self.m.correctness.model_dump(),
-            "power_config": self.m.power.model_dump(),
+            "timing": self.settings.timing.model_dump(),
+            "correctness": self.settings.correctness.model_dump(),
+            "power_config": self.settings.power.model_dump(),
         }
 
     def say(self, line: str) -> None:
         self.progress.write(line)
 
     def _start_monitor(self) -> None:
-        if self.device.type != "cuda" or not self.m.power.enabled:
+        if self.device.type != "cuda" or not self.settings.power.enabled:
             reason = "no GPU (CPU run)" if self.device.type != "cuda" else "disabled in config (power.enabled: false)"
             self.writer.update_meta(monitor={"available": False, "unavailable_reason": reason})
             return
         self.monitor = PowerMonitor(
             device_index=self.device.index or 0,
-            period_ms=self.m.power.period_ms,
-            power_cap_w=self.m.hardware.power_cap_w,
+            period_ms=self.settings.power.period_ms,
+            power_cap_w=self.settings.hardware.power_cap_w,
         )
         self.power.monitor = self.monitor
         info = self.monitor.info()
         limit = info.get("enforced_power_limit_w")
         self.writer.update_meta(monitor=info, enforced_power_limit_w=limit)
-        cap = self.m.hardware.power_cap_w
+        cap = self.settings.hardware.power_cap_w
         if cap and limit and abs(cap - limit) > 1:
             self.say(
                 f"warning: configured power cap {cap:.0f} W differs from the enforced limit {limit:.0f} W; "
@@ -132,13 +132,13 @@ class Runner:
         self.monitor.start()
 
     def _calibrate(self) -> None:
-        if self.device.type != "cuda" or not self.m.hardware.calibrate:
+        if self.device.type != "cuda" or not self.settings.hardware.calibrate:
             return
         try:
             self.say("calibrating: 8192^3 bf16 GEMM and a device copy ...")
             if self.monitor:
                 self.monitor.begin_case("calibration/gemm")
-            gemm = calibrate_gemm(self.device, self.monitor, seconds=self.m.hardware.calibrate_seconds)
+            gemm = calibrate_gemm(self.device, self.monitor, seconds=self.settings.hardware.calibrate_seconds)
             if self.monitor:
                 self.monitor.end_case()
             copy = calibrate_copy(self.device)
@@ -161,22 +161,22 @@ class Runner:
     # -- per case ----------------------------------------------------------------------------------
     def provider(self, case: Case) -> Provider:
         """The provider instance of a case's label, built once per run with the label's options."""
-        if case.provider not in self.providers:
-            spec = case.spec
-            self.providers[case.provider] = get_provider(spec.name, spec.options or None)
-        return self.providers[case.provider]
+        if case.label not in self.providers:
+            self.providers[case.label] = get_provider(case.provider.name, case.provider.options or None)
+        return self.providers[case.label]
 
     def availability(self, case: Case) -> str | None:
-        if case.provider not in self._availability:
+        if case.label not in self._availability:
             try:
-                self._availability[case.provider] = self.provider(case).availability(self.device)
+                self._availability[case.label] = self.provider(case).availability(self.device)
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # SystemExit included: a provider never ends the sweep
-                self._availability[case.provider] = f"availability check failed: {one_line(exc)}"
-        return self._availability[case.provider]
+                self._availability[case.label] = f"availability check failed: {one_line(exc)}"
+        return self._availability[case.label]
 
-    def record(self, case: Case, wstats: dict, flops: float) -> dict:
+    def blank_record(self, case: Case, wstats: dict, flops: float) -> dict:
+        """The case record before the case runs (results.record.new_case_record)."""
         semantics, options = "gdpa", None
         try:
             p = self.provider(case)
@@ -191,7 +191,7 @@ class Runner:
         )
 
     def time(self, fn) -> Samples:
-        t = self.m.timing
+        t = self.settings.timing
         if self.device.type == "cuda":
             with torch.cuda.device(self.device):
                 return time_cuda(
@@ -207,7 +207,7 @@ class Runner:
         return time_cpu(fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
 
     def run_case(self, case: Case, batch, wstats: dict, flops: float) -> dict:
-        rec = self.record(case, wstats, flops)
+        rec = self.blank_record(case, wstats, flops)
         t0 = time.perf_counter()
         spec = spec_for(case.workload, case.mode)
         fn = None
@@ -224,8 +224,8 @@ class Runner:
                 rec.update(status="skipped", error=reason)
                 return rec
             provider = self.provider(case)
-            if self.m.correctness.enabled:
-                c = self.m.correctness
+            if self.settings.correctness.enabled:
+                c = self.settings.correctness
                 rec["correctness"] = correctness(
                     provider, batch, spec, case.mode, c.tolerance, c.max_check_seqs, case.workload.seed
                 )
@@ -276,7 +276,7 @@ class Runner:
     # -- the sweep ---------------------------------------------------------------------------------
     def build_workload(self, w: Workload):
         q_len, kv_len = w.lengths()
-        wstats = stats(q_len, kv_len, causal=w.causal)
+        wstats = length_stats(q_len, kv_len, causal=w.causal)
         self.writer.add_workload(
             w.name,
             {
@@ -352,7 +352,7 @@ class Runner:
             if self.monitor:
                 self.monitor.begin_case(case.id)
             if batch is None:
-                rec = self.record(case, wstats, flops)
+                rec = self.blank_record(case, wstats, flops)
                 rec.update(status="failed", error=build_error)
             else:
                 rec = self.run_case(case, batch, wstats, flops)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.config import LoadedConfig
-from workloads import plot_length_histogram, stats
+from workloads import length_stats, plot_length_histogram
 
 COLUMNS = [
     "workload",
@@ -36,7 +36,7 @@ def workload_table(cfg: LoadedConfig) -> tuple[pd.DataFrame, dict]:
         seen.add(w.name)
         q, kv = w.lengths()
         lengths[w.name] = (q, kv)
-        rows.append({"workload": w.name, **stats(q, kv, causal=w.causal)})
+        rows.append({"workload": w.name, **length_stats(q, kv, causal=w.causal)})
     return pd.DataFrame(rows), lengths
 
 

@@ -171,11 +171,11 @@ baseline: tunable_x2""",
     ids = [c.id for c in cfg.cases]
     assert "s/fwd/L=8/fill=0.5/tunable_x2" in ids and "t/fwd/L=8/tunable_x3" in ids and "t/fwd/L=8/test_tunable" in ids
     case = next(c for c in cfg.cases if c.id == "t/fwd/L=8/tunable_x3")
-    assert (case.provider, case.provider_name, case.options) == ("tunable_x3", "test_tunable", {"scale": 3})
+    assert (case.label, case.provider.name, case.provider.options) == ("tunable_x3", "test_tunable", {"scale": 3})
     from bench.selection import select_cases
 
     picked = select_cases(cfg, None, "tunable_x2,tunable_x3")
-    assert {c.provider for c in picked} == {"tunable_x2", "tunable_x3"}
+    assert {c.label for c in picked} == {"tunable_x2", "tunable_x3"}
 
 
 PROVIDER_ERRORS = [

@@ -18,7 +18,7 @@ from results.files import ResultsWriter
 from results.frame import cases_frame, load_run
 from results.metrics import METRICS, WORKLOAD_METRICS, Metric, field_reference, shown_in
 from results.record import UndeclaredField, check_case_record, new_case_record
-from workloads.stats import STATS_KEYS, stats
+from workloads.stats import STATS_KEYS, length_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures"
@@ -94,7 +94,7 @@ def test_the_workload_block_and_the_workload_entry_are_exactly_declared():
 
     w = load_config(ROOT / "configs" / "smoke.yaml").cases[0].workload
     q, kv = w.lengths()
-    assert set(w.record_fields(stats(q, kv))) == keys_of("workload")
+    assert set(w.record_fields(length_stats(q, kv))) == keys_of("workload")
     assert [m.key for m in WORKLOAD_METRICS if m.block == "stats"] == list(STATS_KEYS)
 
 

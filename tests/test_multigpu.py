@@ -555,15 +555,15 @@ def test_provider_with_process_setup_stays_on_one_shard(tmp_path):
         )
     )
     cfg = load_config(p)
-    assert any(c.provider == "naive_compiled" for c in cfg.cases)
+    assert any(c.label == "naive_compiled" for c in cfg.cases)
     cost = lambda c: 1.0
     setup = lambda name: 30.0 if name == "naive_compiled" else 0.0
     shards = shard_cases(cfg.cases, 2, cost=cost, setup=setup)
-    holders = {k for k, s in enumerate(shards) for c in s if c.provider == "naive_compiled"}
+    holders = {k for k, s in enumerate(shards) for c in s if c.label == "naive_compiled"}
     assert len(holders) == 1
     assert sorted(c.id for s in shards for c in s) == sorted(c.id for c in cfg.cases)
     # the compile shard carries the setup, so it gets fewer of the other cases
-    n_compiled = sum(c.provider == "naive_compiled" for c in cfg.cases)
+    n_compiled = sum(c.label == "naive_compiled" for c in cfg.cases)
     loads = [len(s) + (30.0 if k in holders else 0.0) for k, s in enumerate(shards)]
     assert abs(loads[0] - loads[1]) <= n_compiled + 30.0
     other = 1 - holders.pop()

@@ -20,13 +20,13 @@ from workloads import (
     check_family_params,
     check_pairing_params,
     family_params,
+    length_stats,
     lengths_sha256,
     pair_lengths,
     plot_length_histogram,
     register_family,
     sample_lengths,
     sort_by_length,
-    stats,
     work_pairs,
 )
 
@@ -417,7 +417,7 @@ def test_work_pairs_causal_matches_brute_force():
 
 def test_stats_hand_computed():
     q, k = [4, 2, 0, 2], [4, 2, 2, 4]  # work 16, 4, 0, 8 = 28
-    s = stats(q, k)
+    s = length_stats(q, k)
     assert list(s) == list(workloads.STATS_KEYS)
     assert set(s) == {
         "B",
@@ -468,7 +468,7 @@ def test_stats_hand_computed():
     json.dumps(s)  # plain Python types only
     assert type(s["B"]) is int and type(s["total_work_pairs"]) is int and type(s["mean_q"]) is float
 
-    c = stats(q, k, causal=True)  # causal work 10, 3, 0, 3 = 16 over the same dense area 64
+    c = length_stats(q, k, causal=True)  # causal work 10, 3, 0, 3 = 16 over the same dense area 64
     assert c["total_work_pairs"] == 16
     assert c["flop_waste"] == pytest.approx(0.75)
     assert c["imbalance"] == pytest.approx(10 / 4)
@@ -478,24 +478,24 @@ def test_stats_hand_computed():
 def test_stats_top1pct_and_imbalance_on_skewed_batch():
     q = np.ones(1000, dtype=np.int64)
     q[:3] = 100  # ceil(1% of 1000) = 10 sequences: 3 heavy + 7 light
-    s = stats(q, q)
+    s = length_stats(q, q)
     total = 3 * 100 * 100 + 997
     assert s["top1pct_work_share"] == pytest.approx((30_000 + 7) / total, abs=1e-6)
     assert s["imbalance"] == pytest.approx(10_000 / (total / 1000), abs=1e-6)
-    assert stats([5], [5])["top1pct_work_share"] == 1.0  # B = 1: ceil(0.01) = 1 sequence
+    assert length_stats([5], [5])["top1pct_work_share"] == 1.0  # B = 1: ceil(0.01) = 1 sequence
 
 
 def test_stats_degenerate_batches():
-    z = stats([0, 0, 0], [0, 0, 0])
+    z = length_stats([0, 0, 0], [0, 0, 0])
     assert z["padding_waste"] == z["padding_waste_kv"] == z["flop_waste"] == 0.0
     assert z["imbalance"] == 1.0 and z["top1pct_work_share"] == 0.0 and z["total_work_pairs"] == 0
-    e = stats([], [])
+    e = length_stats([], [])
     assert e["B"] == 0 and e["max_q"] == 0 and e["mean_kv"] == 0.0 and e["imbalance"] == 1.0
     json.dumps(z), json.dumps(e)
-    full = stats([8] * 5, [8] * 5)
+    full = length_stats([8] * 5, [8] * 5)
     assert full["padding_waste"] == 0.0 and full["flop_waste"] == 0.0 and full["imbalance"] == 1.0
     with pytest.raises(ValueError, match="differ"):
-        stats([1, 2], [1])
+        length_stats([1, 2], [1])
 
 
 # ---------------------------------------------------------------- histogram

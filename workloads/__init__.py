@@ -1,13 +1,11 @@
 """Jagged workloads: length distributions, Q/KV pairing rules, batches and their statistics.
 
-    q, k = build_lengths("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": 256},
-                         batch_size=1152, max_len=1024, seed=0)
-    stats(q, k)  ->  dict of STATS_KEYS;  make_batch(q, k, H=4, D=128, device="cuda")
-    check_workload(family, params, rule, rule_params, batch_size=..., max_len=..., seed=..., base_dir=...)
-        -> the same lengths, or a one-line ValueError (a config loader calls it for every workload)
+q, k = build_lengths("uniform_fill", {"fill": 0.5}, "fixed_kv", {"kv_len": 256},
+                     batch_size=1152, max_len=1024, seed=0)
+length_stats(q, k)  ->  dict of STATS_KEYS;  make_batch(q, k, H=4, D=128, device="cuda")
+check_workload(family, params, rule, rule_params, batch_size=..., max_len=..., seed=..., base_dir=...)
+    -> the same lengths, or a one-line ValueError (a config loader calls it for every workload)
 
-Note: the package attribute `workloads.stats` is the *function* `stats` (it shadows the submodule of
-the same name); import the submodule's other names with `from workloads.stats import ...`.
 """
 
 from workloads.batch import JaggedBatch, make_batch
@@ -35,7 +33,7 @@ from workloads.pairing import (
     sort_by_length,
 )
 from workloads.plot import plot_length_histogram
-from workloads.stats import STATS_KEYS, lengths_sha256, stats, work_pairs
+from workloads.stats import STATS_KEYS, length_stats, lengths_sha256, work_pairs
 
 __all__ = [
     "FAMILIES",
@@ -51,6 +49,7 @@ __all__ = [
     "check_pairing_params",
     "check_workload",
     "family_params",
+    "length_stats",
     "lengths_sha256",
     "load_lengths",
     "make_batch",
@@ -63,6 +62,5 @@ __all__ = [
     "resolve_pairing_params",
     "sample_lengths",
     "sort_by_length",
-    "stats",
     "work_pairs",
 ]

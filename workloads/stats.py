@@ -90,7 +90,7 @@ def _dist(x: np.ndarray, suffix: str) -> dict:
     }
 
 
-def stats(q_lengths, kv_lengths, *, causal: bool = False) -> dict:
+def length_stats(q_lengths, kv_lengths, *, causal: bool = False) -> dict:
     """The per-workload statistics of docs/DESIGN.md §4, as JSON-ready Python types (keys: `STATS_KEYS`).
 
     padding_waste(_kv) = 1 - ΣL/(B·maxL): the share of a padded [B, maxL] layout that is padding.

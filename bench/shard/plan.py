@@ -113,12 +113,12 @@ def shard_cases(cases: list[Case], n: int, model=None, cost=None, setup=None) ->
         raise ValueError("need at least one shard")
     cost = cost or (lambda c: case_cost(c, model))
     setup = setup or process_setup_s
-    name_of = {c.provider: c.provider_name or c.provider for c in cases}
+    name_of = {c.label: c.provider.name for c in cases}
     setup_of = {name: setup(name) for name in dict.fromkeys(name_of.values())}
     costs = [float(cost(c)) for c in cases]
     groups: dict[tuple, list[tuple[int, float]]] = {}
     for i, c in enumerate(cases):
-        name = name_of[c.provider]
+        name = name_of[c.label]
         key = ("provider", name) if setup_of[name] > 0 else ("workload", c.workload.name)
         groups.setdefault(key, []).append((i, costs[i]))
     whole = {id(g) for k, g in groups.items() if k[0] == "provider"}  # never split
