@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernels.registry import CaseSpec
 from results.figures import case_flops
 from workloads import build_lengths, make_batch, resolve_pairing_params, work_pairs
 
@@ -123,6 +124,12 @@ class Case:
     def label(self) -> str:
         """The provider's label: the case id's last segment and the results' `provider`."""
         return self.provider.label
+
+    @property
+    def spec(self) -> CaseSpec:
+        """What the case computes, as the providers take it."""
+        w = self.workload
+        return CaseSpec(mode=self.mode, activation=w.activation, alpha=w.alpha, qk_scale=w.qk_scale, causal=w.causal)
 
     def identity_fields(
         self,

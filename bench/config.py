@@ -28,11 +28,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bench.cases import Case, ProviderSpec, Workload, as_list, cases_of, dtype_of, expand_set
+from bench.cases import Case, ProviderSpec, as_list, cases_of, expand_set
 from bench.errors import ConfigError
 from bench.provider_specs import resolve_providers
 from kernels.activations import ACTIVATION_NAMES
-from kernels.registry import MODES
 from support.text import one_line
 from workloads import check_family_params, check_pairing_params, check_workload, resolve_family_params
 
@@ -40,19 +39,7 @@ DTYPES = ("bf16", "fp16", "fp32")
 DICT_SOURCE = "<config dict>"  # how errors name a config given as a Python dict
 LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
-__all__ = [
-    "DICT_SOURCE",
-    "MODES",
-    "BenchConfig",
-    "Case",
-    "ConfigError",
-    "LoadedConfig",
-    "ProviderSpec",
-    "Workload",
-    "default_run_dir",
-    "dtype_of",
-    "load_config",
-]
+__all__ = ["DICT_SOURCE", "BenchConfig", "LoadedConfig", "default_run_dir", "load_config"]
 
 
 def _no_bools(v: Any) -> Any:
@@ -61,6 +48,19 @@ def _no_bools(v: Any) -> Any:
         if isinstance(x, bool):
             raise ValueError(f"{x!r} is a boolean; allowed: an integer")
     return v
+
+
+def _every(ok, message: str):
+    """A validator: every value of a field that may be swept (one value or a list) passes `ok`, else
+    `message` with the first one that does not."""
+
+    def validate(v):
+        for x in as_list(v):
+            if not ok(x):
+                raise ValueError(message.format(x))
+        return v
+
+    return validate
 
 
 def _no_repeats(v: list | None) -> list | None:
@@ -188,34 +188,15 @@ class WorkloadSet(_Strict):
     _ints = field_validator("B", "H", "Hkv", "D", "max_len", "seed", mode="before")(_no_bools)
     _modes = field_validator("modes")(_no_repeats)
 
-    @field_validator("providers", mode="before")
-    @classmethod
-    def _provider_entries(cls, v):
-        return _entries(v)
+    _providers = field_validator("providers", mode="before")(_entries)
 
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v):
-        for n in as_list(v):
-            if n < 0:
-                raise ValueError(f"seeds must be integers >= 0, got {n!r}")
-        return v
-
-    @field_validator("activation")
-    @classmethod
-    def _activation(cls, v):
-        for a in as_list(v):
-            if a not in ACTIVATION_NAMES:
-                raise ValueError(f"unknown activation {a!r}; allowed: {', '.join(ACTIVATION_NAMES)}")
-        return v
-
-    @field_validator("max_len")
-    @classmethod
-    def _max_len(cls, v):
-        for n in as_list(v):
-            if not isinstance(n, int) or n <= 0:
-                raise ValueError(f"max lengths must be positive integers, got {n!r}")
-        return v
+    _seed = field_validator("seed")(_every(lambda n: n >= 0, "seeds must be integers >= 0, got {!r}"))
+    _activation = field_validator("activation")(
+        _every(lambda a: a in ACTIVATION_NAMES, f"unknown activation {{!r}}; allowed: {', '.join(ACTIVATION_NAMES)}")
+    )
+    _max_len = field_validator("max_len")(
+        _every(lambda n: isinstance(n, int) and n > 0, "max lengths must be positive integers, got {!r}")
+    )
 
     @model_validator(mode="after")
     def _heads(self):
@@ -241,10 +222,7 @@ class BenchConfig(_Strict):
 
     _modes = field_validator("modes")(_no_repeats)
 
-    @field_validator("providers", mode="before")
-    @classmethod
-    def _provider_entries(cls, v):
-        return _entries(v)
+    _providers = field_validator("providers", mode="before")(_entries)
 
     @field_validator("name")
     @classmethod

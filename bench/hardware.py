@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-# name substring -> dense TFLOP/s per dtype, HBM TB/s, SMs, default power limit W
-GPUS: dict[str, dict] = {
-    "B200": {
-        "peak_tflops": {"bf16": 2250.0, "fp16": 2250.0, "fp32": 80.0},
-        "hbm_tb_s": 8.0,
-        "sms": 148,
-        "default_power_w": 1000.0,
-    },
-    "H200": {
-        "peak_tflops": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-        "hbm_tb_s": 4.8,
-        "sms": 132,
-        "default_power_w": 700.0,
-    },
-    "H100": {
-        "peak_tflops": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-        "hbm_tb_s": 3.35,
-        "sms": 132,
-        "default_power_w": 700.0,
-    },
-    "A100": {
-        "peak_tflops": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
-        "hbm_tb_s": 2.0,
-        "sms": 108,
-        "default_power_w": 400.0,
-    },
+from typing import NamedTuple
+
+
+class Datasheet(NamedTuple):
+    peak_tflops: dict[str, float]  # dense, per dtype
+    hbm_tb_s: float
+    sms: int
+    default_power_w: float
+
+
+# name substring -> its datasheet
+GPUS: dict[str, Datasheet] = {
+    "B200": Datasheet({"bf16": 2250.0, "fp16": 2250.0, "fp32": 80.0}, hbm_tb_s=8.0, sms=148, default_power_w=1000.0),
+    "H200": Datasheet({"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}, hbm_tb_s=4.8, sms=132, default_power_w=700.0),
+    "H100": Datasheet({"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}, hbm_tb_s=3.35, sms=132, default_power_w=700.0),
+    "A100": Datasheet({"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}, hbm_tb_s=2.0, sms=108, default_power_w=400.0),
 }
 
 
@@ -38,5 +28,5 @@ def lookup(gpu_name: str | None) -> dict | None:
     upper = gpu_name.upper()
     for key, row in GPUS.items():
         if key in upper:
-            return {"name": key, **row}
+            return {"name": key, **row._asdict()}
     return None

@@ -24,7 +24,6 @@ import torch
 
 from bench.errors import UsageError
 from bench.reporting import render
-from bench.runner import spec_for
 from bench.selection import select_cases
 from kernels.registry import get_provider
 from results.files import ResultsWriter, read_results
@@ -89,7 +88,7 @@ def _child(cfg, case_id: str, device_index: int | None) -> int:
     device = torch.device("cuda", device_index or 0)
     batch = w.batch(device)
     provider = get_provider(case.provider.name, case.provider.options or None)
-    fn = provider.build(batch, spec_for(w, case.mode), case.mode)
+    fn = provider.build(batch, case.spec, case.mode)
     fn()
     fn()
     torch.cuda.synchronize(device)

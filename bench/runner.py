@@ -24,24 +24,18 @@ from bench import env as envmod
 from bench.calibrate import calibrate_copy, calibrate_gemm
 from bench.case_power import CasePower
 from bench.cases import Case, Workload
-from bench.config import LoadedConfig, default_run_dir
+from bench.config import LoadedConfig
 from bench.gate import correctness
 from bench.monitor import PowerMonitor
 from bench.progress import Progress, format_rate
 from bench.signals import interrupts
 from bench.timing import Samples, sync_for, time_cpu, time_cuda
-from kernels.registry import CaseSpec, Provider, get_provider
+from kernels.registry import Provider, get_provider
 from results.files import ResultsWriteError, ResultsWriter, atomic_write, read_results
 from results.power_csv import append_timeline, power_csv_text, read_power_text
 from results.record import new_case_record, timing_fields
 from support.text import one_line
 from workloads import length_stats
-
-__all__ = ["Runner", "correctness", "default_run_dir", "spec_for"]
-
-
-def spec_for(w: Workload, mode: str) -> CaseSpec:
-    return CaseSpec(mode=mode, activation=w.activation, alpha=w.alpha, qk_scale=w.qk_scale, causal=w.causal)
 
 
 def _free(device: torch.device) -> None:
@@ -209,7 +203,7 @@ class Runner:
     def run_case(self, case: Case, batch, wstats: dict, flops: float) -> dict:
         rec = self.blank_record(case, wstats, flops)
         t0 = time.perf_counter()
-        spec = spec_for(case.workload, case.mode)
+        spec = case.spec
         fn = None
         try:
             reason = self.availability(case)

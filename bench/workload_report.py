@@ -7,24 +7,11 @@ from pathlib import Path
 import pandas as pd
 
 from bench.config import LoadedConfig
+from results.metrics import WORKLOAD_METRICS, shown_in
 from workloads import length_stats, plot_length_histogram
 
-COLUMNS = [
-    "workload",
-    "B",
-    "mean_q",
-    "p50_q",
-    "p99_q",
-    "max_q",
-    "mean_kv",
-    "p99_kv",
-    "max_kv",
-    "padding_waste",
-    "padding_waste_kv",
-    "flop_waste",
-    "imbalance",
-    "top1pct_work_share",
-]
+# the statistics the report's workload table shows (results.metrics), in its order
+COLUMNS = ["workload", *(m.key for m in shown_in("workloads", WORKLOAD_METRICS))]
 
 
 def workload_table(cfg: LoadedConfig) -> tuple[pd.DataFrame, dict]:

@@ -25,12 +25,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from kernels.flash_limits import shape_reason
 from kernels.registry import CaseSpec, Provider, register
 from support.text import one_line
 from workloads.batch import JaggedBatch
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-MAX_HEAD_DIM = 256
 
 JAGGED_REASON = "dense SDPA backend cannot mask padded keys; jagged lengths (fill < 1) need a varlen kernel"
 CAUSAL_REASON = (
@@ -194,12 +192,9 @@ class _DenseSDPA(Provider):
         return self._trial_result(device)["bwd"]
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
-        if batch.dtype not in SUPPORTED_DTYPES:
-            return f"{self.backend_attr} SDPA runs fp16/bf16 only, not {str(batch.dtype).replace('torch.', '')}"
-        if batch.D % 8 != 0 or batch.D > MAX_HEAD_DIM:
-            return f"head dim {batch.D} not supported (needs a multiple of 8, at most {MAX_HEAD_DIM})"
-        if batch.H % batch.Hkv != 0:
-            return f"H={batch.H} is not a multiple of Hkv={batch.Hkv}"
+        reason = shape_reason(batch, f"{self.backend_attr} SDPA")
+        if reason:
+            return reason
         if not is_full_length(batch):
             return JAGGED_REASON
         if spec.causal and batch.max_q != batch.max_kv:

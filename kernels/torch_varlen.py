@@ -28,12 +28,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from kernels.flash_limits import shape_reason
 from kernels.registry import CaseSpec, Provider, register
 from support.text import one_line
 from workloads.batch import JaggedBatch
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-MAX_HEAD_DIM = 256
 
 
 @functools.cache
@@ -146,12 +144,9 @@ class TorchVarlenProvider(Provider):
         return result
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
-        if batch.dtype not in SUPPORTED_DTYPES:
-            return f"varlen_attn runs fp16/bf16 only, not {str(batch.dtype).replace('torch.', '')}"
-        if batch.D % 8 != 0 or batch.D > MAX_HEAD_DIM:
-            return f"head dim {batch.D} not supported (needs a multiple of 8, at most {MAX_HEAD_DIM})"
-        if batch.H % batch.Hkv != 0:
-            return f"H={batch.H} is not a multiple of Hkv={batch.Hkv}"
+        reason = shape_reason(batch, "varlen_attn")
+        if reason:
+            return reason
         _, reason = varlen_kwargs(batch, spec, _params())
         if reason:
             return reason

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.config import ConfigError, load_config
+from bench.config import load_config
+from bench.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

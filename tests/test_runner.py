@@ -375,7 +375,7 @@ def test_python_api_runs_a_config_path_or_dict_and_returns_the_cases(tmp_path):
     import yaml
 
     import bench
-    from bench.config import ConfigError
+    from bench.errors import ConfigError
 
     only = r"^tiny/(fwd|bwd)/L=24/fill=1\.0/(naive_eager|reference)$"
     df = bench.run(ROOT / "configs" / "smoke.yaml", only=only, out=tmp_path / "a", device="cpu")

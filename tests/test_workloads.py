@@ -81,7 +81,7 @@ GOLDEN_UNIFORM_FILL = [872, 653, 524, 277, 316, 42, 78, 17]
 
 
 def test_register_a_new_family_in_one_place():
-    @register_family("constant_test", value=workloads.lengths.Param(REQUIRED, workloads.lengths.integer(0)))
+    @register_family("constant_test", value=workloads.params.Param(REQUIRED, workloads.params.integer(0)))
     def constant_test(batch_size, max_len, seed, *, value):
         """Test-only family."""
         return np.full(batch_size, value, dtype=np.int64)
@@ -633,7 +633,7 @@ def test_a_pairing_rule_is_one_decorated_function(monkeypatch):
     """Pairing rules are a registry like the length families: a new rule is one function, and its
     parameters are checked and resolved like every other rule's."""
     from workloads import pairing
-    from workloads.lengths import Param, real
+    from workloads.params import Param, real
 
     monkeypatch.setattr(pairing, "PAIRINGS", dict(pairing.PAIRINGS))
 

@@ -13,7 +13,6 @@ from workloads.empirical import LengthsFileError, load_lengths
 from workloads.lengths import (
     FAMILIES,
     LOGNORMAL_PRESETS,
-    REQUIRED,
     check_family_params,
     family_params,
     register_family,
@@ -32,6 +31,7 @@ from workloads.pairing import (
     resolve_pairing_params,
     sort_by_length,
 )
+from workloads.params import REQUIRED, Param
 from workloads.plot import plot_length_histogram
 from workloads.stats import STATS_KEYS, length_stats, lengths_sha256, work_pairs
 
@@ -44,6 +44,7 @@ __all__ = [
     "STATS_KEYS",
     "JaggedBatch",
     "LengthsFileError",
+    "Param",
     "build_lengths",
     "check_family_params",
     "check_pairing_params",

@@ -16,7 +16,6 @@ To add a family: write one function below and decorate it; nothing else needs to
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,110 +23,25 @@ from typing import Any
 
 import numpy as np
 
-
-class _Required:
-    """Sentinel default of a parameter that has to be given."""
-
-    def __repr__(self) -> str:
-        return "<required>"
-
-
-REQUIRED: Any = _Required()
+from workloads.params import (
+    MAX_LENGTH,
+    REQUIRED,
+    Param,
+    check_params,
+    entry_of,
+    integer,
+    is_int,
+    one_of,
+    optional,
+    path_like,
+    real,
+    registrar,
+    text,
+)
 
 # sub-stream ids (second word of the seed); distinct per purpose so draws never alias
 _STREAM_HSTU_SL = 1
 _STREAM_SPIKE = 2
-
-
-# --------------------------------------------------------------------------------------------------
-# parameter checks: each takes (where, name, value, max_len | None) and raises ValueError
-# --------------------------------------------------------------------------------------------------
-
-Check = Callable[[str, str, Any, "int | None"], None]
-
-
-def _bad(where: str, name: str, value: Any, allowed: str) -> ValueError:
-    return ValueError(f"{where}: bad value {name}={value!r}; allowed: {allowed}")
-
-
-def _is_real(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
-
-
-def is_int(v: Any) -> bool:
-    # integral floats are accepted (YAML/JSON may carry 256.0); bools are not numbers here
-    return _is_real(v) and float(v).is_integer()
-
-
-def real(
-    lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False, note: str = ""
-) -> Check:
-    """A finite real number in the interval given (None = unbounded on that side)."""
-    lb = "(" if lo_open else "["
-    rb = ")" if hi_open else "]"
-    allowed = f"a number in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}{note}"
-
-    def check(where, name, v, max_len):
-        ok = _is_real(v)
-        if ok and lo is not None:
-            ok = v > lo if lo_open else v >= lo
-        if ok and hi is not None:
-            ok = v < hi if hi_open else v <= hi
-        if not ok:
-            raise _bad(where, name, v, allowed)
-
-    return check
-
-
-# a length is addressed through the int32 offsets of the packed tensors (workloads.batch)
-MAX_LENGTH = 2**31 - 1
-
-
-def integer(lo: int = 1, hi_is_max_len: bool = False) -> Check:
-    """An integer >= lo (and <= max_len when asked and max_len is known; <= MAX_LENGTH always)."""
-
-    def check(where, name, v, max_len):
-        hi = max_len if hi_is_max_len else None
-        ok = is_int(v) and v >= lo and v <= MAX_LENGTH and (hi is None or v <= hi)
-        if not ok:
-            if not hi_is_max_len:
-                raise _bad(where, name, v, f"an integer >= {lo} and <= {MAX_LENGTH}")
-            raise _bad(where, name, v, f"an integer in [{lo}, max_len" + (f"={hi}]" if hi else "]"))
-
-    return check
-
-
-def optional(inner: Check) -> Check:
-    def check(where, name, v, max_len):
-        if v is not None:
-            inner(where, name, v, max_len)
-
-    return check
-
-
-def one_of(options: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> Check:
-    def check(where, name, v, max_len):
-        opts = options() if callable(options) else options
-        if v not in opts:
-            raise _bad(where, name, v, ", ".join(opts))
-
-    return check
-
-
-def text(where, name, v, max_len):
-    if not isinstance(v, str) or not v:
-        raise _bad(where, name, v, "a non-empty string")
-
-
-def path_like(where, name, v, max_len):
-    if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):
-        raise _bad(where, name, v, "a file path")
-
-
-@dataclass(frozen=True)
-class Param:
-    default: Any = REQUIRED
-    check: Check | None = None
 
 
 @dataclass(frozen=True)
@@ -146,21 +60,11 @@ FAMILIES: dict[str, Family] = {}
 
 def register_family(name: str, *, check=None, open_params: bool = False, **params: Param):
     """Decorator: register `fn(batch_size, max_len, seed, **params)` as length family `name`."""
-
-    def deco(fn):
-        if name in FAMILIES:
-            raise ValueError(f"length family {name!r} registered twice")
-        FAMILIES[name] = Family(name, fn, dict(params), check, open_params)
-        return fn
-
-    return deco
+    return registrar(FAMILIES, "length family", name, lambda fn: Family(name, fn, dict(params), check, open_params))
 
 
 def _family(name: str) -> Family:
-    fam = FAMILIES.get(name) if isinstance(name, str) else None
-    if fam is None:
-        raise ValueError(f"unknown length family {name!r}; allowed: {', '.join(FAMILIES)}")
-    return fam
+    return entry_of(FAMILIES, "length family", name)
 
 
 def family_params(family: str) -> dict[str, object]:
@@ -175,19 +79,8 @@ def check_family_params(family: str, params: dict, max_len: int | None = None) -
 
     Checks that depend on the maximum length (min_len <= N) run only when `max_len` is given."""
     fam = _family(family)
-    where = f"length family {family!r}"
     params = dict(params or {})
-    if not fam.open_params:
-        for k in params:
-            if k not in fam.params:
-                raise ValueError(f"{where}: unknown param {k!r}; allowed: {', '.join(fam.params) or '(none)'}")
-    for k, p in fam.params.items():
-        if k not in params:
-            if p.default is REQUIRED:
-                raise ValueError(f"{where}: missing required param {k!r}; allowed: {', '.join(fam.params)}")
-            continue
-        if p.check is not None:
-            p.check(where, k, params[k], max_len)
+    check_params(f"length family {family!r}", fam.params, params, max_len, open_params=fam.open_params)
     if fam.check is not None:
         fam.check(_with_defaults(fam, params), max_len)
 

@@ -21,16 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workloads.lengths import (
-    MAX_LENGTH,
-    REQUIRED,
-    Param,
-    integer,
-    is_int,
-    optional,
-    resolve_family_params,
-    sample_lengths,
-)
+from workloads.lengths import resolve_family_params, sample_lengths
+from workloads.params import MAX_LENGTH, REQUIRED, Param, check_params, entry_of, integer, is_int, optional, registrar
 
 MAX_LEN = "max_len"  # a parameter value (or default) meaning the workload's max length
 
@@ -50,21 +42,11 @@ _STREAM_PAIRING = 100
 
 def register_pairing(name: str, **params: Param):
     """Decorator: register `fn(lengths, max_len, seed, **params) -> (q, kv)` as pairing rule `name`."""
-
-    def deco(fn):
-        if name in PAIRINGS:
-            raise ValueError(f"pairing rule {name!r} registered twice")
-        PAIRINGS[name] = Pairing(name, fn, dict(params))
-        return fn
-
-    return deco
+    return registrar(PAIRINGS, "pairing rule", name, lambda fn: Pairing(name, fn, dict(params)))
 
 
 def _rule(rule: str) -> Pairing:
-    found = PAIRINGS.get(rule) if isinstance(rule, str) else None
-    if found is None:
-        raise ValueError(f"unknown pairing rule {rule!r}; allowed: {', '.join(PAIRINGS)}")
-    return found
+    return entry_of(PAIRINGS, "pairing rule", rule)
 
 
 def pairing_params(rule: str) -> dict[str, object]:
@@ -87,18 +69,8 @@ def resolve_pairing_params(rule: str, params: dict, max_len: int) -> dict:
 
 def check_pairing_params(rule: str, params: dict) -> None:
     """Raise ValueError naming the first unknown, missing or out-of-range parameter of `rule`."""
-    spec = _rule(rule).params
-    where = f"pairing rule {rule!r}"
-    params = dict(params or {})
-    for k in params:
-        if k not in spec:
-            raise ValueError(f"{where}: unknown param {k!r}; allowed: {', '.join(spec) or '(none)'}")
-    for k, p in spec.items():
-        if k not in params:
-            if p.default is REQUIRED:
-                raise ValueError(f"{where}: missing required param {k!r}; allowed: {', '.join(spec)}")
-        elif p.check is not None and not (isinstance(params[k], str) and params[k] == MAX_LEN):
-            p.check(where, k, params[k], None)
+    means_max_len = lambda v: isinstance(v, str) and v == MAX_LEN
+    check_params(f"pairing rule {rule!r}", _rule(rule).params, dict(params or {}), None, unchecked=means_max_len)
 
 
 def _as_lengths(x, name: str) -> np.ndarray:

@@ -18,19 +18,7 @@ MODE_MARKERS = {"fwd": "o", "bwd": "s", "fwd_bwd": "^"}
 
 # ------------------------------------------------------------------------------------------ 4. roofline
 
-ROOFLINE_COLUMNS = (
-    "kind",
-    "name",
-    "id",
-    "provider",
-    "label",
-    "mode",
-    "dtype",
-    "flops",
-    "min_bytes",
-    "intensity",
-    "tflops",
-)
+ROOFLINE_COLUMNS = tuple("kind name id provider label mode dtype flops min_bytes intensity tflops".split())
 
 
 @plot(

@@ -13,17 +13,7 @@ from results.frame import baseline_provider, provider_label
 
 # ------------------------------------------------------------------------------------------ 2. speedup
 
-SPEEDUP_COLUMNS = (
-    "panel",
-    "shape",
-    "max_len",
-    "provider",
-    "label",
-    "speedup",
-    "median_ms",
-    "baseline",
-    "baseline_median_ms",
-)
+SPEEDUP_COLUMNS = tuple("panel shape max_len provider label speedup median_ms baseline baseline_median_ms".split())
 
 
 @plot(

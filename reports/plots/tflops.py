@@ -13,21 +13,7 @@ from results.figures import ceiling_for
 
 # --------------------------------------------------------------------------------- 1. TFLOP/s vs length
 
-TFLOPS_COLUMNS = (
-    "kind",
-    "panel",
-    "set",
-    "mode",
-    "sweep",
-    "max_len",
-    "provider",
-    "label",
-    "semantics",
-    "dtype",
-    "tflops",
-    "median_ms",
-    "id",
-)
+TFLOPS_COLUMNS = tuple("kind panel set mode sweep max_len provider label semantics dtype tflops median_ms id".split())
 
 
 @plot(
