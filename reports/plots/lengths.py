@@ -13,8 +13,6 @@ from reports.plots.common import figure, grid, slug
 from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from workloads.plot import plot_length_histogram
 
-# ------------------------------------------------------------------------------- 5. length histograms
-
 LENGTHS_COLUMNS = ("workload", "seq", "q_len", "kv_len")
 
 
@@ -33,13 +31,16 @@ def _draw_lengths(ax: Any, q: np.ndarray, kv: np.ndarray) -> None:
     ax.grid(True, alpha=0.3)
 
 
+CAPTION = "Length distributions of every workload (Q filled, KV outlined)."
+
+
 @plot(
     "workload_lengths",
     order=50,
-    caption="Length distributions of every workload (Q filled, KV outlined).",
     columns=LENGTHS_COLUMNS,
     extras_title="Per-workload length histograms",
     extras_prefix="lengths_",
+    caption=CAPTION,
 )
 def workload_lengths(data: PlotData, out: Path) -> Drawing:
     """One `lengths_<workload>.png` per workload and the grid of all; the CSV holds every sequence's Q and

@@ -16,8 +16,6 @@ MAX_BINS = 4000  # per GPU: longer timelines are drawn as bins (mean power, max 
 MAX_BAND_LABELS = 14  # case bands labelled, evenly spread, so the text never piles up
 THROTTLE_RE = re.compile(r"power|thermal|slowdown|brake", re.I)
 
-# ------------------------------------------------------------------------------------ 3. power timeline
-
 POWER_PLOT_COLUMNS = ("time_s", "gpu_index", "power_w", "power_w_max", "sm_clock_mhz", "throttled", "case_id")
 BAND_COLUMNS = ("gpu_index", "case_id", "provider", "start_s", "end_s", "labelled")
 
@@ -44,12 +42,10 @@ def _downsample(g: pd.DataFrame) -> pd.DataFrame:
     return agg.reset_index(drop=True)
 
 
-@plot(
-    "power_timeline",
-    order=30,
-    caption="Power and SM clock over the run; shaded bands are cases; red ticks: a throttle reason was set.",
-    tables={"": POWER_PLOT_COLUMNS, "_cases": BAND_COLUMNS},
-)
+CAPTION = "Power and SM clock over the run; shaded bands are cases; red ticks: a throttle reason was set."
+
+
+@plot("power_timeline", order=30, tables={"": POWER_PLOT_COLUMNS, "_cases": BAND_COLUMNS}, caption=CAPTION)
 def power_timeline(data: PlotData, out: Path) -> Drawing:
     """Power and SM clock over time, the cap and enforced limit, one shaded band per case."""
     power, meta, cases = data.power, data.meta, data.cases

@@ -5,13 +5,15 @@ header-only CSVs when there is nothing to draw, the CSVs of exactly what was dra
 A plot module is found by `reports.plots` without being listed anywhere, and the report shows every
 registered plot under its caption (reports.sections), so a new plot is one new module:
 
-    @plot("tflops_per_watt", order=60, caption="TFLOP/s per watt of every ok case.", columns=("id", "tflops_per_w"))
+    CAPTION = "TFLOP/s per watt of every ok case."
+
+    @plot("tflops_per_watt", order=60, columns=("id", "tflops_per_w"), caption=CAPTION)
     def tflops_per_watt(data: PlotData, out: Path) -> Drawing:
         ok = ok_cases(data.cases)
         if ok.empty:
             raise NothingToPlot("no ok cases: nothing to plot", "TFLOP/s per watt")
         fig = figure(8, 4)
-        fig.add_subplot().bar(ok["id"], ok["tflops_per_w"])
+        fig.add_subplot().bar(range(len(ok)), ok["tflops_per_w"])
         return Drawing(fig, {"": ok[["id", "tflops_per_w"]]})
 """
 

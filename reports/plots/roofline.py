@@ -16,17 +16,11 @@ from results.figures import ceiling_for
 
 MODE_MARKERS = {"fwd": "o", "bwd": "s", "fwd_bwd": "^"}
 
-# ------------------------------------------------------------------------------------------ 4. roofline
-
 ROOFLINE_COLUMNS = tuple("kind name id provider label mode dtype flops min_bytes intensity tflops".split())
+CAPTION = "Roofline: arithmetic intensity (FLOPs over compulsory HBM bytes) vs achieved TFLOP/s."
 
 
-@plot(
-    "roofline",
-    order=40,
-    caption="Roofline: arithmetic intensity (FLOPs over compulsory HBM bytes) vs achieved TFLOP/s.",
-    columns=ROOFLINE_COLUMNS,
-)
+@plot("roofline", order=40, columns=ROOFLINE_COLUMNS, caption=CAPTION)
 def roofline(data: PlotData, out: Path) -> Drawing:
     """Arithmetic intensity (FLOP/B, log) vs achieved TFLOP/s (log) with the compute and bandwidth roof."""
     cases, meta = data.cases, data.meta

@@ -11,17 +11,11 @@ from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import speedup_vs_baseline
 from results.frame import baseline_provider, provider_label
 
-# ------------------------------------------------------------------------------------------ 2. speedup
-
 SPEEDUP_COLUMNS = tuple("panel shape max_len provider label speedup median_ms baseline baseline_median_ms".split())
+CAPTION = "Speedup vs the baseline provider on each shape (> 1: faster than the baseline)."
 
 
-@plot(
-    "speedup",
-    order=20,
-    caption="Speedup vs the baseline provider on each shape (> 1: faster than the baseline).",
-    columns=SPEEDUP_COLUMNS,
-)
+@plot("speedup", order=20, columns=SPEEDUP_COLUMNS, caption=CAPTION)
 def speedup(data: PlotData, out: Path) -> Drawing:
     """Speedup of every provider vs the baseline provider, per shape: grouped bars per panel."""
     cases = data.cases

@@ -11,18 +11,14 @@ from reports.plots.common import each_provider, fmt_num, ok_cases, panel_figure,
 from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import ceiling_for
 
-# --------------------------------------------------------------------------------- 1. TFLOP/s vs length
-
 TFLOPS_COLUMNS = tuple("kind panel set mode sweep max_len provider label semantics dtype tflops median_ms id".split())
-
-
-@plot(
-    "tflops_vs_length",
-    order=10,
-    caption="Achieved TFLOP/s vs max sequence length, one line per provider (dashed: softmax), "
-    "with the datasheet peak and the measured GEMM ceiling.",
-    columns=TFLOPS_COLUMNS,
+CAPTION = (
+    "Achieved TFLOP/s vs max sequence length, one line per provider (dashed: softmax), "
+    "with the datasheet peak and the measured GEMM ceiling."
 )
+
+
+@plot("tflops_vs_length", order=10, columns=TFLOPS_COLUMNS, caption=CAPTION)
 def tflops_vs_length(data: PlotData, out: Path) -> Drawing:
     """TFLOP/s vs max sequence length; one line per provider, one panel per set × mode × sweep."""
     cases, meta = data.cases, data.meta
