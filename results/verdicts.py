@@ -153,10 +153,6 @@ def _row(cid: str, verdict: str, message: str, **kw: Any) -> dict:
     return row
 
 
-def _nan_to_none(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
 def compare_case(
     cid: str,
     base: dict | None,
