@@ -34,6 +34,16 @@ def _import_varlen_func() -> Callable[..., Any]:
     return flash_attn_varlen_func
 
 
+def varlen_layout(batch: JaggedBatch) -> dict:
+    """Our jagged layout in the keywords of FA4's `flash_attn_varlen_func` (and its forks': Meta's CuTe GDPA)."""
+    return {
+        "cu_seqlens_q": batch.q_offsets,
+        "cu_seqlens_k": batch.kv_offsets,
+        "max_seqlen_q": int(batch.max_q),
+        "max_seqlen_k": int(batch.max_kv),
+    }
+
+
 def _package_reason() -> str | None:
     """None when flash_attn.cute imports; otherwise why not."""
     return import_problem(("flash_attn.cute",), "flash-attn-4", ("flash_attn",), INSTALL_HINT)
@@ -89,10 +99,7 @@ class FA4Provider(Provider):
             batch.q,
             batch.k,
             batch.v,
-            cu_seqlens_q=batch.q_offsets,
-            cu_seqlens_k=batch.kv_offsets,
-            max_seqlen_q=int(batch.max_q),
-            max_seqlen_k=int(batch.max_kv),
+            **varlen_layout(batch),
             softmax_scale=spec.resolved_softmax_scale(batch.D),
             causal=bool(spec.causal),
         )

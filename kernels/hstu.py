@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from kernels import peer_checkout as pc
-from kernels.registry import CaseSpec, Provider, register
+from kernels.registry import CaseSpec, register
 from workloads.batch import JaggedBatch
 
 PEER = pc.Peer(
@@ -55,8 +55,9 @@ def hstu_n(qk_scale: float) -> int | None:
 
 
 @register
-class HSTUProvider(Provider):
+class HSTUProvider(pc.PeerProvider):
     name = "hstu"
+    peer, module, option_fields = PEER, MODULE, OPTIONS
     semantics = "gdpa"
     process_setup_s = 30.0  # Triton autotuning of its fwd and bwd kernels, cached in-process
     description = (
@@ -66,43 +67,13 @@ class HSTUProvider(Provider):
 
     def __init__(self, options=None):
         super().__init__(options)
-        self._module = None
-        self._source: pc.Source | None = None
         self._n: int | None = None
 
-    def parse_options(self, options: dict) -> dict:
-        return pc.parse_options(self.name, options, OPTIONS)
-
-    def options_record(self) -> dict:
-        return dict(self.options)
-
-    def _find(self) -> pc.Source | str:
-        if self._source is None:
-            found = pc.find_source(PEER, MODULE, self.options["path"])
-            if isinstance(found, str):
-                return found
-            self._source = found
-        return self._source
-
     def _mha(self):
-        source = self._find()
-        if isinstance(source, str):
-            raise pc.PeerLoadError(source)
-        if self._module is None:
-            self._module = pc.load(PEER, source, MODULE)
-        return self._module.triton_hstu_mha
+        return self.peer_module().triton_hstu_mha
 
-    def availability(self, device: torch.device) -> str | None:
-        found = self._find()
-        if isinstance(found, str):
-            return found
-        if torch.device(device).type != "cuda":
-            return f"runs on CUDA GPUs only (HSTU's Triton kernels, {SRC})"
-        try:
-            self._mha()
-        except pc.PeerLoadError as exc:
-            return str(exc)
-        return None
+    def device_reason(self, device: torch.device) -> str | None:
+        return None if device.type == "cuda" else f"runs on CUDA GPUs only (HSTU's Triton kernels, {SRC})"
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
         if not spec.causal:
@@ -143,6 +114,5 @@ class HSTUProvider(Provider):
         )
 
     def kernel_configs(self) -> dict | None:
-        if self._source is None:
-            return None
-        return {**pc.source_record(self._source, self._module), "N": self._n}
+        fields = self.source_fields()
+        return None if fields is None else {**fields, "N": self._n}

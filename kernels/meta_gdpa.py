@@ -27,7 +27,7 @@ import re
 import torch
 
 from kernels import peer_checkout as pc
-from kernels.registry import CaseSpec, Provider, register
+from kernels.registry import CaseSpec, register
 from workloads.batch import JaggedBatch
 
 PEER = pc.Peer(
@@ -55,7 +55,7 @@ ACTIVATIONS = {
     "fast_silu": "fast_silu",
     "hardswish": "hardswish",
 }
-HEAD_DIMS = (64, 96, 128)  # gdpa/README.md "Head dims"
+HEAD_DIMS = (64, 96, 128)  # gdpa/README.md "Head dims"; gdpa/src/interface.py (the CuTe kernel) takes the same
 DTYPES = (torch.float16, torch.bfloat16)
 # backward technique -> the forward flag it needs (ctx.* at :3452-3455)
 BWD_TECHS = {
@@ -92,6 +92,18 @@ def bwd_techs(value: str) -> list[str]:
     return names
 
 
+def shape_reason(batch: JaggedBatch, kernel: str) -> str | None:
+    """None when Meta's kernels (its Triton GDPA and its CuTe one: the same limits) take the batch's dtype,
+    head dims and head counts; `kernel` names the one asked in the reason."""
+    if batch.dtype not in DTYPES:
+        return f"{kernel} runs fp16/bf16, not {str(batch.dtype).replace('torch.', '')}"
+    if batch.D not in HEAD_DIMS or batch.k.shape[2] != batch.D or batch.v.shape[2] != batch.D:
+        return f"head dim {batch.D} not supported (allowed: {', '.join(map(str, HEAD_DIMS))}, same for q, k, v)"
+    if batch.H % batch.Hkv:
+        return f"H={batch.H} is not a multiple of Hkv={batch.Hkv}"
+    return None
+
+
 def fork_reason() -> str | None:
     """None when Meta's Triton fork is installed (it adds tl.async_task), else why `enable_ws` cannot run."""
     import triton
@@ -106,8 +118,9 @@ def fork_reason() -> str | None:
 
 
 @register
-class MetaGDPAProvider(Provider):
+class MetaGDPAProvider(pc.PeerProvider):
     name = "meta_gdpa"
+    peer, module, option_fields = PEER, MODULE, OPTIONS
     semantics = "gdpa"
     process_setup_s = 30.0  # Triton autotuning over its config list, per max length, cached in-process
     description = (
@@ -117,12 +130,10 @@ class MetaGDPAProvider(Provider):
 
     def __init__(self, options=None):
         super().__init__(options)
-        self._module = None
-        self._source: pc.Source | None = None
         self._activation: str | None = None
 
     def parse_options(self, options: dict) -> dict:
-        parsed = pc.parse_options(self.name, options, OPTIONS)
+        parsed = super().parse_options(options)
         try:
             techs = bwd_techs(parsed["bwd_opt_tech"])
         except ValueError as exc:
@@ -137,39 +148,16 @@ class MetaGDPAProvider(Provider):
                 )
         return parsed
 
-    def options_record(self) -> dict:
-        return dict(self.options)
-
-    def _find(self) -> pc.Source | str:
-        if self._source is None:
-            found = pc.find_source(PEER, MODULE, self.options["path"])
-            if isinstance(found, str):
-                return found
-            self._source = found
-        return self._source
-
     def _entry(self):
-        source = self._find()
-        if isinstance(source, str):
-            raise pc.PeerLoadError(source)
-        if self._module is None:
-            self._module = pc.load(PEER, source, MODULE)
-        return self._module.generalized_dot_product_attention
+        return self.peer_module().generalized_dot_product_attention
 
-    def availability(self, device: torch.device) -> str | None:
-        found = self._find()
-        if isinstance(found, str):
-            return found
+    def device_reason(self, device: torch.device) -> str | None:
         if self.options["enable_ws"]:
             reason = fork_reason()
             if reason:
                 return reason
-        if torch.device(device).type != "cuda":
+        if device.type != "cuda":
             return f"runs on CUDA GPUs only (on CPU tensors Meta's op dispatches to its softmax fallback, {SRC}:3974)"
-        try:
-            self._entry()
-        except pc.PeerLoadError as exc:
-            return str(exc)
         return None
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
@@ -182,13 +170,7 @@ class MetaGDPAProvider(Provider):
             )
         if spec.activation not in ACTIVATIONS:
             return f"activation {spec.activation!r} has no Meta equivalent; allowed: {', '.join(ACTIVATIONS)}"
-        if batch.dtype not in DTYPES:
-            return f"Meta's GDPA runs fp16/bf16, not {str(batch.dtype).replace('torch.', '')}"
-        if batch.D not in HEAD_DIMS or batch.k.shape[2] != batch.D or batch.v.shape[2] != batch.D:
-            return f"head dim {batch.D} not supported (allowed: {', '.join(map(str, HEAD_DIMS))}, same for q, k, v)"
-        if batch.H % batch.Hkv:
-            return f"H={batch.H} is not a multiple of Hkv={batch.Hkv}"
-        return None
+        return shape_reason(batch, "Meta's GDPA")
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
         fn = self._entry()
@@ -213,6 +195,5 @@ class MetaGDPAProvider(Provider):
         )
 
     def kernel_configs(self) -> dict | None:
-        if self._source is None:
-            return None
-        return {**pc.source_record(self._source, self._module), "activation": self._activation}
+        fields = self.source_fields()
+        return None if fields is None else {**fields, "activation": self._activation}

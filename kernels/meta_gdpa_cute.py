@@ -21,14 +21,13 @@ from __future__ import annotations
 import torch
 
 from kernels import peer_checkout as pc
-from kernels.meta_gdpa import PEER
-from kernels.registry import CaseSpec, Provider, register
+from kernels.fa4 import varlen_layout
+from kernels.meta_gdpa import PEER, shape_reason
+from kernels.registry import CaseSpec, register
 from workloads.batch import JaggedBatch
 
 MODULE = "ads_mkl.ops.oss.gdpa.src.interface"
 ACTIVATIONS = {"fast_gelu": "fast_gelu", "relu": "relu"}
-HEAD_DIMS = (64, 96, 128)  # gdpa/src/interface.py header
-DTYPES = (torch.float16, torch.bfloat16)
 OPTIONS = {"path": (str, None), "load_balancing": (bool, True)}
 
 
@@ -43,8 +42,9 @@ def sm100_reason(device: torch.device) -> str | None:
 
 
 @register
-class MetaGDPACuteProvider(Provider):
+class MetaGDPACuteProvider(pc.PeerProvider):
     name = "meta_gdpa_cute"
+    peer, module, option_fields = PEER, MODULE, OPTIONS
     semantics = "gdpa"
     process_setup_s = 30.0  # CuTe DSL JIT of its fwd and bwd kernels, cached in-process
     description = (
@@ -54,44 +54,10 @@ class MetaGDPACuteProvider(Provider):
 
     def __init__(self, options=None):
         super().__init__(options)
-        self._module = None
-        self._source: pc.Source | None = None
         self._maps: tuple | None = None  # (q_offsets, kv_offsets, keywords): one batch's tile maps
 
-    def parse_options(self, options: dict) -> dict:
-        return pc.parse_options(self.name, options, OPTIONS)
-
-    def options_record(self) -> dict:
-        return dict(self.options)
-
-    def _find(self) -> pc.Source | str:
-        if self._source is None:
-            found = pc.find_source(PEER, MODULE, self.options["path"])
-            if isinstance(found, str):
-                return found
-            self._source = found
-        return self._source
-
-    def _interface(self):
-        source = self._find()
-        if isinstance(source, str):
-            raise pc.PeerLoadError(source)
-        if self._module is None:
-            self._module = pc.load(PEER, source, MODULE)
-        return self._module
-
-    def availability(self, device: torch.device) -> str | None:
-        found = self._find()
-        if isinstance(found, str):
-            return found
-        reason = sm100_reason(device)
-        if reason:
-            return reason
-        try:
-            self._interface()
-        except pc.PeerLoadError as exc:
-            return str(exc)
-        return None
+    def device_reason(self, device: torch.device) -> str | None:
+        return sm100_reason(device)
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
         if spec.activation not in ACTIVATIONS:
@@ -106,13 +72,7 @@ class MetaGDPACuteProvider(Provider):
             )
         if spec.causal and not (batch.q_lengths == batch.kv_lengths).all():
             return "causal runs on self-attention batches only (FA4's mask is bottom-right aligned, ours top-left)"
-        if batch.dtype not in DTYPES:
-            return f"Meta's CuTe GDPA runs fp16/bf16, not {str(batch.dtype).replace('torch.', '')}"
-        if batch.D not in HEAD_DIMS or batch.k.shape[2] != batch.D or batch.v.shape[2] != batch.D:
-            return f"head dim {batch.D} not supported (allowed: {', '.join(map(str, HEAD_DIMS))}, same for q, k, v)"
-        if batch.H % batch.Hkv:
-            return f"H={batch.H} is not a multiple of Hkv={batch.Hkv}"
-        return None
+        return shape_reason(batch, "Meta's CuTe GDPA")
 
     def _tile_maps(self, batch: JaggedBatch) -> dict:
         """Meta's load-balancing maps for this batch (computed once, outside any timed call)."""
@@ -121,7 +81,7 @@ class MetaGDPACuteProvider(Provider):
         m = self._maps
         if m is not None and m[0] is batch.q_offsets and m[1] is batch.kv_offsets:
             return m[2]
-        pre = self._interface().precompute_for_varline_load_balancing
+        pre = self.peer_module().precompute_for_varline_load_balancing
         fq = pre(batch.q, batch.q_offsets, batch.kv_offsets)
         bk = pre(batch.q, batch.q_offsets, batch.kv_offsets, is_bwd=True)
         kw = dict(zip(("tile_to_batch_q", "tile_to_head_q", "tile_to_block_q"), fq, strict=True))
@@ -134,15 +94,12 @@ class MetaGDPACuteProvider(Provider):
         return super().build(batch, spec, mode)
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
-        iface = self._interface()
+        iface = self.peer_module()
         res = iface.flash_attn_varlen_func(
             q=batch.q,
             k=batch.k,
             v=batch.v,
-            cu_seqlens_q=batch.q_offsets,
-            cu_seqlens_k=batch.kv_offsets,
-            max_seqlen_q=int(batch.max_q),
-            max_seqlen_k=int(batch.max_kv),
+            **varlen_layout(batch),
             causal=bool(spec.causal),
             prefer_persistent=True if self.options["load_balancing"] else None,
             activation=ACTIVATIONS[spec.activation],
@@ -151,6 +108,5 @@ class MetaGDPACuteProvider(Provider):
         return res[0] if isinstance(res, (tuple, list)) else res
 
     def kernel_configs(self) -> dict | None:
-        if self._source is None:
-            return None
-        return {**pc.source_record(self._source, self._module), "tile_maps": bool(self.options["load_balancing"])}
+        fields = self.source_fields()
+        return None if fields is None else {**fields, "tile_maps": bool(self.options["load_balancing"])}

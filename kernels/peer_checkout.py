@@ -29,7 +29,12 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+import torch
+
+from kernels.registry import Provider
+from support.text import one_line
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PEERS_ROOT = REPO_ROOT / ".peers"  # the default checkouts; tests point it elsewhere
@@ -173,10 +178,7 @@ def load(peer: Peer, source: Source, module: str) -> types.ModuleType:
     except PeerLoadError:
         raise
     except Exception as exc:  # ImportError, or whatever the peer's module raises while it loads
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise PeerLoadError(
-            f"{peer.title} from {source.origin} failed to import {module}: {type(exc).__name__}: {first}"
-        ) from None
+        raise PeerLoadError(f"{peer.title} from {source.origin} failed to import {module}: {one_line(exc)}") from None
 
 
 @functools.cache
@@ -221,3 +223,64 @@ def parse_options(provider: str, options: Mapping[str, Any], fields: Mapping[str
                 raise ValueError(f"{provider}: option {key}: {value!r} is not allowed; allowed: {kind}")
         out[key] = value
     return out
+
+
+class PeerProvider(Provider):
+    """A provider whose kernel is a peer's code (kernels.hstu, kernels.meta_gdpa, kernels.meta_gdpa_cute):
+    it takes `path` and its other options from `option_fields` (name -> (type, default)), finds and loads
+    `peer`'s `module` once, and records where the code came from."""
+
+    peer: ClassVar[Peer]
+    module: ClassVar[str]
+    option_fields: ClassVar[dict[str, tuple[type, Any]]]
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self._loaded: types.ModuleType | None = None
+        self._source: Source | None = None
+
+    def parse_options(self, options: dict) -> dict:
+        return parse_options(self.name, options, self.option_fields)
+
+    def options_record(self) -> dict:
+        return dict(self.options)
+
+    def source(self) -> Source | str:
+        """Where the peer's code is, or why it is not to be had (cached once found)."""
+        if self._source is None:
+            found = find_source(self.peer, self.module, self.options["path"])
+            if isinstance(found, str):
+                return found
+            self._source = found
+        return self._source
+
+    def peer_module(self) -> types.ModuleType:
+        """The peer's module, loaded once; PeerLoadError (one line) when it cannot be."""
+        source = self.source()
+        if isinstance(source, str):
+            raise PeerLoadError(source)
+        if self._loaded is None:
+            self._loaded = load(self.peer, source, self.module)
+        return self._loaded
+
+    def availability(self, device) -> str | None:
+        """None where the peer's code is found, imports, and runs on `device` (`device_reason`)."""
+        found = self.source()
+        if isinstance(found, str):
+            return found
+        reason = self.device_reason(torch.device(device))
+        if reason:
+            return reason
+        try:
+            self.peer_module()
+        except PeerLoadError as exc:
+            return str(exc)
+        return None
+
+    def device_reason(self, device: torch.device) -> str | None:
+        """None where this peer's kernel runs on `device`, else why not (checked before its code loads)."""
+        return None
+
+    def source_fields(self) -> dict | None:
+        """What a case records about the code it ran (`source_record`); None before it was found."""
+        return None if self._source is None else source_record(self._source, self._loaded)

@@ -395,7 +395,7 @@ def test_peers_h200_reproduces_metas_benchmark_and_the_causal_silu_sets():
         assert s.max_len == [256, 512, 1024, 2048]
     assert set1.lengths == {"family": "uniform_fill", "fill": [0.5, 1.0]} and set1.kv == {"rule": "fixed_kv"}
     assert set2.lengths["fill"] == 1.0 and set2.kv == {"rule": "fixed_kv", "kv_len": 256}
-    labels = {c.provider for c in cfg.cases if c.workload.set in ("set1", "set2")}
+    labels = {c.label for c in cfg.cases if c.workload.set in ("set1", "set2")}
     assert {"meta_gdpa", "gdpa", "gdpa_triton", "gdpa_hopper", "fa4", "flex_attention"} <= labels
     assert {"meta_gdpa_tma", "meta_gdpa_persistent", "meta_gdpa_ws"} <= labels
     assert cfg.providers["meta_gdpa_ws"].options == {"enable_tma": True, "enable_ws": True, "bwd_opt_tech": "tma_ws"}

@@ -21,7 +21,9 @@ TIMED = {
     "times_ms", "median_ms", "p20_ms", "p80_ms", "timed_s", "drift", "drift_p", "tflops", "util_peak",
     "util_measured", "wall_s", "sm_clock_mhz", "power",
 }  # fmt: skip
-TIMED_META = {"started_at", "finished_at", "git_sha", "git_commit", "git_dirty", "git_branch", "git_commit_time", "git_source"}
+# and where the checkout came from
+TIMED_META = {"started_at", "finished_at", "git_sha", "git_commit", "git_dirty", "git_branch", "git_commit_time"}
+TIMED_META |= {"git_source"}
 TIMED_COLUMNS = re.compile(r"median ms|p20–p80 ms|^n$|TFLOP/s|util|speedup|J/call|W \(|at cap| vs |peak W|SM MHz|best ")
 DATE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
