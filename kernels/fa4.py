@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from kernels.registry import CaseSpec, Provider, register
+from kernels.registry import CaseSpec, Provider, capability_reason, cuda_reason, register
 from support.optional import import_problem
 from workloads.batch import JaggedBatch
 
@@ -63,19 +63,11 @@ class FA4Provider(Provider):
         reason = _package_reason()
         if reason:
             return reason
-        if not torch.cuda.is_available():
-            return "CUDA not available"
-        device = torch.device(device)
-        if device.type != "cuda":
-            return f"runs on CUDA devices only, not {device}"
-        major, minor = torch.cuda.get_device_capability(device)
-        if major not in (9, 10) or (major == 9 and minor != 0):
-            name = torch.cuda.get_device_name(device)
-            return (
-                "needs an NVIDIA GPU of compute capability 9.0 (Hopper) or 10.x (Blackwell); "
-                f"found {name} sm_{major}{minor}"
-            )
-        return None
+        return cuda_reason(device) or capability_reason(
+            device,
+            lambda major, minor: (major, minor) == (9, 0) or major == 10,
+            "an NVIDIA GPU of compute capability 9.0 (Hopper) or 10.x (Blackwell)",
+        )
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
         # Softmax provider: activation / alpha / qk_scale belong to GDPA cases and are ignored here.

@@ -129,6 +129,23 @@ class Provider:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
 
 
+def cuda_reason(device) -> str | None:
+    """None where `device` is a CUDA device of this machine, else why not: a GPU-only provider's first
+    availability check."""
+    if not torch.cuda.is_available():
+        return "CUDA not available"
+    device = torch.device(device)
+    return None if device.type == "cuda" else f"runs on CUDA devices only, not {device}"
+
+
+def capability_reason(device, ok: Callable[[int, int], bool], needs: str) -> str | None:
+    """None where the CUDA `device`'s compute capability (major, minor) is `ok`, else `needs ...; found ...`."""
+    major, minor = torch.cuda.get_device_capability(device)
+    if ok(major, minor):
+        return None
+    return f"needs {needs}; found {torch.cuda.get_device_name(device)} sm_{major}{minor}"
+
+
 class ProviderModuleError(ImportError):
     """A module named in GDPA_BENCH_PROVIDERS does not import: one line naming it."""
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.flash_limits import shape_reason
-from kernels.registry import CaseSpec, Provider, register
+from kernels.registry import CaseSpec, Provider, cuda_reason, register
 from support.text import one_line
 from workloads.batch import JaggedBatch
 
@@ -144,15 +144,8 @@ class _DenseSDPA(Provider):
         raise NotImplementedError
 
     def availability(self, device: torch.device) -> str | None:
-        if not torch.cuda.is_available():
-            return "CUDA not available"
-        device = torch.device(device)
-        if device.type != "cuda":
-            return f"runs on CUDA devices only, not {device}"
-        reason = self._static_availability()
-        if reason:
-            return reason
-        return self._trial_result(device)["fwd"]
+        reason = cuda_reason(device) or self._static_availability()
+        return reason or self._trial_result(torch.device(device))["fwd"]
 
     def _trial_result(self, device: torch.device) -> dict:
         idx = device.index if device.index is not None else torch.cuda.current_device()

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 
 from kernels.flash_limits import shape_reason
-from kernels.registry import CaseSpec, Provider, register
+from kernels.registry import CaseSpec, Provider, capability_reason, cuda_reason, register
 from support.text import one_line
 from workloads.batch import JaggedBatch
 
@@ -104,18 +104,9 @@ class TorchVarlenProvider(Provider):
         _fn, reason = _load()
         if reason:
             return reason
-        if not torch.cuda.is_available():
-            return "CUDA not available"
-        device = torch.device(device)
-        if device.type != "cuda":
-            return f"runs on CUDA devices only, not {device}"
-        major, minor = torch.cuda.get_device_capability(device)
-        if major < 8:
-            return (
-                f"needs an NVIDIA GPU of compute capability >= 8.0 (FlashAttention-2); found "
-                f"{torch.cuda.get_device_name(device)} sm_{major}{minor}"
-            )
-        return self._trial_result(device)["fwd"]
+        needs = "an NVIDIA GPU of compute capability >= 8.0 (FlashAttention-2)"
+        reason = cuda_reason(device) or capability_reason(device, lambda major, minor: major >= 8, needs)
+        return reason or self._trial_result(torch.device(device))["fwd"]
 
     def _trial_result(self, device: torch.device) -> dict:
         idx = device.index if device.index is not None else torch.cuda.current_device()
