@@ -26,6 +26,7 @@ import torch
 
 from kernels.gdpa.bands import Band
 from kernels.gdpa.call import GDPACall
+from support.text import one_line
 
 CONTRACT = ("unavailable", "unsupported", "forward", "backward")
 PASSES = ("fwd", "bwd")
@@ -62,11 +63,6 @@ FALLBACK = TABLE[-1].name
 NAMES = tuple(ROWS)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 @functools.cache
 def load(name: str) -> tuple[ModuleType | None, str | None]:
     """(the backend's module, None), or (None, why it cannot be used). Imported once per process; a backend
@@ -77,9 +73,9 @@ def load(name: str) -> tuple[ModuleType | None, str | None]:
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
             return None, f"the {name} backend is not in this tree ({module_name} missing)"
-        return None, f"importing {module_name} failed: {_one_line(exc)}"
+        return None, f"importing {module_name} failed: {one_line(exc)}"
     except Exception as exc:  # a broken optional backend must not break the op
-        return None, f"importing {module_name} failed: {_one_line(exc)}"
+        return None, f"importing {module_name} failed: {one_line(exc)}"
     missing = [fn for fn in CONTRACT if not callable(getattr(module, fn, None))]
     if missing:
         return None, f"{module_name} lacks {', '.join(missing)}"
@@ -94,7 +90,7 @@ def unavailable(name: str, device) -> str | None:
     try:
         return module.unavailable(torch.device(device))
     except Exception as exc:
-        return f"availability check failed: {_one_line(exc)}"
+        return f"availability check failed: {one_line(exc)}"
 
 
 def unsupported(name: str, call: GDPACall) -> str | None:
@@ -105,7 +101,7 @@ def unsupported(name: str, call: GDPACall) -> str | None:
     try:
         return module.unsupported(call)
     except Exception as exc:
-        return f"support check failed: {_one_line(exc)}"
+        return f"support check failed: {one_line(exc)}"
 
 
 def cannot_run(name: str, call: GDPACall) -> str | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from kernels.activations import ACTIVATION_NAMES
+from support.optional import import_problem
 
 INSTALL_HINT = "pip install -e '.[fa4]'"
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -45,23 +46,8 @@ _DEVICE_REASON: dict = {}
 
 def _package_reason() -> str | None:
     if not _PACKAGE_REASON:
-        try:
-            import cutlass.cute  # noqa: F401 (lazy on purpose)
-            import flash_attn.cute.flash_bwd_sm90
-            import flash_attn.cute.flash_fwd_sm90  # noqa: F401
-
-            reason = None
-        except ImportError as exc:
-            missing = (getattr(exc, "name", None) or "").split(".")[0]
-            reason = (
-                f"flash-attn-4 not installed ({INSTALL_HINT})"
-                if missing in ("flash_attn", "cutlass", "")
-                else f"flash-attn-4 is installed but {missing} is missing: {exc} ({INSTALL_HINT})"
-            )
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            reason = f"flash-attn-4 failed to import: {type(exc).__name__}: {first}"
-        _PACKAGE_REASON.append(reason)
+        modules = ("cutlass.cute", "flash_attn.cute.flash_bwd_sm90", "flash_attn.cute.flash_fwd_sm90")
+        _PACKAGE_REASON.append(import_problem(modules, "flash-attn-4", ("flash_attn", "cutlass"), INSTALL_HINT))
     return _PACKAGE_REASON[0]
 
 
