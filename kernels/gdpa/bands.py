@@ -58,6 +58,19 @@ WHOLE = Band()
 
 
 @triton.jit
+def sequence_in_band(q_offsets, kv_offsets, b, band_lo, band_hi):
+    """(q_start, lq, kv_start, lk, outside) of sequence `b` inside a kernel: row offsets as int64 (batches
+    beyond 2^31 elements must not wrap), lengths as int32, and whether its min(Lq, Lk) lies outside the
+    band [band_lo, band_hi) — a program of such a sequence exits."""
+    q_start = tl.load(q_offsets + b).to(tl.int64)
+    lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
+    kv_start = tl.load(kv_offsets + b).to(tl.int64)
+    lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
+    key = tl.minimum(lq, lk)
+    return q_start, lq, kv_start, lk, (key < band_lo) | (key >= band_hi)
+
+
+@triton.jit
 def _used_lengths_kernel(q_offsets, kv_offsets, used_q, used_kv, n_seqs, lo, hi, BLOCK: tl.constexpr):
     idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = idx < n_seqs

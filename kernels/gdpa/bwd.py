@@ -17,7 +17,7 @@ import triton.language as tl
 
 from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_bwd_scaled
-from kernels.gdpa.bands import WHOLE, Band
+from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.tiles import triton_config
 
@@ -67,13 +67,9 @@ def gdpa_bwd_dkdv_kernel(
     pid_n = tl.program_id(0)
     b = tl.program_id(1) // HKV
     hk = tl.program_id(1) % HKV
-    kv_start = tl.load(kv_offsets + b).to(tl.int64)
-    lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
-    q_start = tl.load(q_offsets + b).to(tl.int64)
-    lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
+    q_start, lq, kv_start, lk, outside = sequence_in_band(q_offsets, kv_offsets, b, band_lo, band_hi)
     n0 = pid_n * BLOCK_N
-    band_key = tl.minimum(lq, lk)
-    if (n0 >= lk) | (band_key < band_lo) | (band_key >= band_hi):
+    if (n0 >= lk) | outside:
         return
 
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -163,13 +159,9 @@ def gdpa_bwd_dq_kernel(
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // H
     h = tl.program_id(1) % H
-    q_start = tl.load(q_offsets + b).to(tl.int64)
-    lq = (tl.load(q_offsets + b + 1) - q_start).to(tl.int32)
-    kv_start = tl.load(kv_offsets + b).to(tl.int64)
-    lk = (tl.load(kv_offsets + b + 1) - kv_start).to(tl.int32)
+    q_start, lq, kv_start, lk, outside = sequence_in_band(q_offsets, kv_offsets, b, band_lo, band_hi)
     m0 = pid_m * BLOCK_M
-    band_key = tl.minimum(lq, lk)
-    if (m0 >= lq) | (band_key < band_lo) | (band_key >= band_hi):
+    if (m0 >= lq) | outside:
         return
     hk = h // GROUPS
 
