@@ -188,7 +188,7 @@ def gdpa(
         validate: "host" (default) checks shapes, dtypes, devices and arguments without reading device
             memory; "full" also reads the offsets back and checks their values (a host sync: use it
             while developing, not in a timed loop).
-        record: a dict to receive what ran: record["dispatch"][mode] = {"backend", "reason", "stages"}
+        record: a dict to receive what ran: record["dispatch"][mode] = {"backend", "reason", "stages"[, "measured_ms"]}
             for the forward ("fwd") and, when it runs, the backward ("bwd"); record["fwd"], ["dkdv"],
             ["dq"] for each Triton kernel launched over the whole batch (with the band appended, e.g.
             "fwd [0, 128)", for a launch over one band: tiles, where they came from, grid, and on a GPU

@@ -1,7 +1,8 @@
 """Harness providers of the GDPA op, each the public `gdpa()` called as a user calls it (default
 `validate="host"`: no host sync in the timed call) with its own options:
 
-- `gdpa`: the op with its defaults (backend "auto": per call, Hopper or Triton by the dispatch rule);
+- `gdpa`: the op with its defaults (backend "auto": Triton, Hopper or both over length bands, the fastest
+  plan measured once per shape class: choice.py);
 - `gdpa_triton`: backend "triton" — our Triton kernels;
 - `gdpa_hopper`: backend "hopper" — the warp-specialized Hopper kernel (kernels/gdpa/hopper).
 
