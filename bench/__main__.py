@@ -1,5 +1,20 @@
+"""`python -m bench` and the `gdpa-bench` console script (`bench.__main__:entry`).
+
+The signal guard comes before anything heavy is imported (bench.signals.guard_startup): Ctrl-C or SIGTERM
+during the first second — the torch import — is one line and exit 130 / 143, never a traceback.
+"""
+
 import sys
 
-from bench.cli import main
+from bench.signals import guard_startup
 
-sys.exit(main())
+
+def entry() -> int:
+    guard_startup()
+    from bench.cli import main  # noqa: PLC0415  (after the guard: this import is most of the start-up)
+
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

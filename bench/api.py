@@ -26,6 +26,8 @@ def run(
     providers: str | list[str] | None = None,
     out: str | Path | None = None,
     device: int | str | None = None,
+    resume: str | Path | None = None,
+    force: bool = False,
     progress: bool = False,
 ) -> pd.DataFrame:
     """Run a sweep and return its cases as a DataFrame (one row per case, `results.load_run`'s columns).
@@ -35,37 +37,75 @@ def run(
     - `only`: a regex over case ids; `providers`: labels ("a,b" or a list) — as `--only`/`--providers`.
     - `out`: the run folder (default `<output_dir>/<config name>-<UTC time>`); it holds the files
       afterwards and is `df.attrs["run_dir"]`. A folder that already holds a run is refused.
+    - `resume`: a run folder to continue instead (its finished cases are kept; as `--resume`, with
+      `force=True` for a run made from another config). Not with `out`.
     - `device`: a CUDA index for a `device: cuda` config (default: the current device), or "cpu"/"cuda"
       to override the config's device.
     - `progress`: show the tqdm bar (off by default: a notebook cell shows the per-case lines).
 
-    An interrupted run (KeyboardInterrupt) returns the cases finished so far, `df.attrs["interrupted"]`.
+    Bad input raises `ConfigError` / `UsageError` (both ValueErrors) before anything is written; a run
+    folder another process is writing is refused the same way (bench.runlock). An interrupted run
+    (KeyboardInterrupt) returns the cases finished so far, `df.attrs["interrupted"]`.
     """
     from bench.device import use_interpreter_without_gpu
 
     use_interpreter_without_gpu()  # before any kernel module is imported
     from bench.config import default_run_dir, load_config
-    from bench.device import resolve_device
+    from bench.device import check_device_option, resolve_device
     from bench.errors import UsageError
-    from bench.rundir import check_new_run_dir
+    from bench.resources import check_run_fits
+    from bench.rundir import check_new_run_dir, check_resume, folder_option
+    from bench.runlock import run_folder_lock
     from bench.runner import Runner
     from bench.selection import select_cases
     from results.frame import load_run
 
+    _check_arguments(only, providers, device, force, progress)
+    if out is not None and resume is not None:
+        raise UsageError(f"out={out!r}: not with resume=, which continues {resume!r} in place")
+    for name, value in (("out", out), ("resume", resume)):
+        if value is not None:
+            folder_option(value, name)
     cfg = load_config(config)
     cases = select_cases(cfg, only, providers)
     kind, index = cfg.model.device, None
     if isinstance(device, str):
-        if device not in ("cpu", "cuda"):
-            raise UsageError(f"device: {device!r}; allowed: a CUDA index, 'cpu' or 'cuda'")
         kind = device
     elif device is not None:
-        index = int(device)
-    run_dir = Path(out) if out is not None else default_run_dir(cfg)
+        check_device_option(cfg.model.device, device, "device=")
+        index = device
     dev = resolve_device(kind, index)
-    check_new_run_dir(run_dir, "out" if out is not None else f"{cfg.path}: output_dir:")
-    runner = Runner(cfg, run_dir, dev, progress=progress)
-    runner.run(cases)
+    if resume is not None:
+        run_dir, option = Path(resume), "resume"
+        check_resume(cfg, run_dir, force)
+    else:
+        run_dir = Path(out) if out is not None else default_run_dir(cfg)
+        option = "out" if out is not None else f"{cfg.path}: output_dir:"
+        check_new_run_dir(run_dir, option)
+    check_run_fits(cases, dev, cfg.model.correctness.enabled)
+    with run_folder_lock(run_dir, option):
+        if resume is None:
+            check_new_run_dir(run_dir, option)
+        runner = Runner(cfg, run_dir, dev, resume=resume is not None, progress=progress)
+        runner.run(cases)
     _, df, _ = load_run(run_dir)
     df.attrs.update(run_dir=str(run_dir), interrupted=runner.interrupted)
     return df
+
+
+def _check_arguments(only, providers, device, force, progress) -> None:
+    """The keyword arguments' types, each a one-line UsageError (`only=5` was a traceback)."""
+    from bench.errors import UsageError
+
+    if only is not None and not isinstance(only, str):
+        raise UsageError(f"only={only!r:.60}: allowed: a regular expression (text) over case ids, or None")
+    ok_list = isinstance(providers, (list, tuple)) and all(isinstance(p, str) for p in providers)
+    if providers is not None and not isinstance(providers, str) and not ok_list:
+        raise UsageError(f"providers={providers!r:.60}: allowed: 'a,b' or a list of provider labels, or None")
+    if device is not None and not (
+        device in ("cpu", "cuda") or (isinstance(device, int) and not isinstance(device, bool))
+    ):
+        raise UsageError(f"device={device!r:.60}: allowed: a CUDA index (int), 'cpu' or 'cuda', or None")
+    for name, v in (("force", force), ("progress", progress)):
+        if not isinstance(v, bool):
+            raise UsageError(f"{name}={v!r:.60}: allowed: True or False")

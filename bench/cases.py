@@ -169,6 +169,18 @@ def _fmt(v: Any) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
+def sweep_points(s) -> int:
+    """How many workloads `expand_set` makes of a set: the product of its axes' lengths, counted before
+    anything is expanded (five 100-value axes are 10^10 workloads)."""
+    n = 1
+    for v in (s.max_len, s.activation, s.seed, s.sort_by_length):
+        n *= len(as_list(v))
+    for params, own in ((s.lengths, "family"), (s.kv, "rule")):
+        for key, v in params.items():
+            n *= 1 if key == own else len(as_list(v))
+    return n
+
+
 def expand_set(s, check) -> list[Workload]:
     """The workloads of one validated `WorkloadSet`. `check(family, params, rule, rule_params, L, seed,
     sort)` validates one workload completely (raising the config loader's one-line errors) and returns

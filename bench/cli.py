@@ -12,8 +12,10 @@ import argparse
 import sys
 
 from bench import commands, reporting
-from bench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, ConfigError, UsageError
+from bench.errors import EXIT_BAD_INPUT, MAX_LINE, ConfigError, UsageError
+from bench.signals import command_started, entry_signal
 from results.files import ResultsWriteError
+from support.text import one_line
 
 COMMANDS = (*commands.COMMANDS, *reporting.COMMANDS)
 
@@ -56,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
+        command_started()  # a signal from here on stops the command cleanly (bench.signals)
         return args.run(args)
     except (ConfigError, UsageError, ResultsWriteError) as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"error: {one_line(str(exc), MAX_LINE)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        sig = entry_signal()
+        print(f"interrupted ({sig.name})", file=sys.stderr)
+        return sig.exit_code

@@ -8,12 +8,13 @@ module is imported, and `--help` must not pay for torch.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from bench import options
 from bench.errors import EXIT_FAILED, UsageError
 from bench.options import Command
-from results.files import ResultsWriteError
+from support.inputs import integer
 
 
 def _load(path):
@@ -40,10 +41,15 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bench.config import default_run_dir
-    from bench.device import resolve_device
-    from bench.rundir import check_new_run_dir, check_resume
+    from bench.device import check_device_option, resolve_device
+    from bench.resources import check_run_fits
+    from bench.rundir import check_new_run_dir, check_resume, folder_option
+    from bench.runlock import run_folder_lock
     from bench.selection import restrict_to_list, select_cases
 
+    for option, value in (("--out", args.out), ("--resume", args.resume)):
+        if value is not None:
+            folder_option(value, option)  # `--out ''` is not the current folder
     cfg = _load(args.config)
     cases = select_cases(cfg, args.only, args.providers)
     if args.case_list:
@@ -56,14 +62,20 @@ def run(args: argparse.Namespace) -> int:
         from bench.shard import run_sharded
 
         return run_sharded(cfg, cases, args)
+    check_device_option(cfg.model.device, args.device)
     device = resolve_device(cfg.model.device, args.device)
     if args.resume:
-        run_dir = Path(args.resume)
+        run_dir, option = Path(args.resume), "--resume"
         check_resume(cfg, run_dir, args.force)
     else:
-        run_dir = Path(args.out) if args.out else default_run_dir(cfg)
-        check_new_run_dir(run_dir, "--out" if args.out else f"{cfg.path}: output_dir:")
-    return _sweep(args, cfg, cases, device, run_dir)
+        run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
+        option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
+        check_new_run_dir(run_dir, option)
+    check_run_fits(cases, device, cfg.model.correctness.enabled)
+    with run_folder_lock(run_dir, option):  # one writer per run folder (bench.runlock)
+        if not args.resume:
+            check_new_run_dir(run_dir, option)  # a run that ended there while we checked
+        return _sweep(args, cfg, cases, device, run_dir)
 
 
 def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
@@ -73,26 +85,40 @@ def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
     from bench.runner import Runner
     from bench.signals import interrupts
 
+    runner, counts, drawn = None, None, True
     with interrupts() as sig:
         try:
             print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {device} -> {run_dir}", flush=True)
             runner = Runner(cfg, run_dir, device, resume=bool(args.resume), progress=not args.no_progress)
             counts = runner.run(cases)
             if not args.no_report:
-                try:
-                    render(run_dir)
-                except OSError as exc:
-                    raise ResultsWriteError.of(run_dir / "report.md", exc) from None
+                drawn = render(run_dir)
         except KeyboardInterrupt:  # before the sweep started, or while the report was drawn
-            counts = None
-        summary = ", ".join(f"{v} {k}" for k, v in sorted((counts or {}).items())) or "nothing to do"
+            pass
+        summary = _summary(runner, counts, bool(args.resume))
         if sig.signum is None:
             print(f"done: {summary}. results: {run_dir / 'results.json'}", flush=True)
+            if not drawn:
+                print(f"error: the report was not drawn (above); the results are kept in {run_dir}", file=sys.stderr)
+                return EXIT_FAILED
             return 0
         print(f"interrupted ({sig.name}): {summary}. results: {run_dir / 'results.json'}", flush=True)
         if (run_dir / "results.json").exists():
             print(f"to continue: {resume_command(args.argv, run_dir)}", flush=True)
         return sig.exit_code
+
+
+def _summary(runner, counts: dict | None, resumed: bool) -> str:
+    """`12 ok, 3 skipped`: every case results.json holds (a resumed run: with what this invocation ran)."""
+    if runner is None:
+        return "nothing to do"
+    totals: dict[str, int] = {}
+    for c in runner.writer.data["cases"]:
+        totals[str(c.get("status"))] = totals.get(str(c.get("status")), 0) + 1
+    text = ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) or "nothing to do"
+    if resumed:
+        text += f" ({sum((counts or {}).values())} run now, the rest recorded before)"
+    return text
 
 
 # ----------------------------------------------------------------------------------- list, workloads
@@ -114,11 +140,24 @@ def list_cases(args: argparse.Namespace) -> int:
     for c, s in zip(cases, costs, strict=True):
         print(f"{c.id:{width}s}  ~{s:.1f} s")
     where = "one GPU" if cfg.model.device == "cuda" else "the CPU"
+    total = sum(costs)
     print(
-        f"{len(cases)} cases; estimated wall time ~{_duration(sum(costs))} on {where} (the sharding cost model: "
+        f"{len(cases)} cases; estimated wall time ~{_duration(total)} on {where} (the sharding cost model: "
         "timing budgets, energy loop, FLOPs at a nominal rate; compile and autotune not included)"
     )
+    longest = max(range(len(cases)), key=costs.__getitem__)
+    if total > LONG_RUN_S or costs[longest] > LONG_CASE_S:
+        print(
+            f"warning: a long run: ~{_duration(total)} in all, the longest case {cases[longest].id} "
+            f"~{_duration(costs[longest])} (over {_duration(LONG_RUN_S)} in all or {_duration(LONG_CASE_S)} "
+            "per case); narrow it with --only/--providers, or lower the timing budgets",
+            file=sys.stderr,
+        )
     return 0
+
+
+LONG_RUN_S = 24 * 3600.0  # `list` warns above these estimates
+LONG_CASE_S = 3600.0
 
 
 def _duration(seconds: float) -> str:
@@ -135,9 +174,14 @@ def workloads_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def workloads(args: argparse.Namespace) -> int:
-    from bench.workload_report import describe
+    from bench.rundir import check_writable_folder, folder_option
+    from bench.workload_report import default_out, describe
 
-    return describe(_load(args.config), Path(args.out) if args.out else None)
+    out = None if args.out is None else folder_option(args.out, "--out")
+    cfg = _load(args.config)
+    out = out or default_out(cfg)
+    check_writable_folder(out, f"--out {out}" if args.out is not None else f"{cfg.path}: output_dir: {out}")
+    return describe(cfg, out)
 
 
 # ---------------------------------------------------------------------------------------- profile, env
@@ -180,10 +224,10 @@ def env(args: argparse.Namespace) -> int:
 
 def submit_arguments(parser: argparse.ArgumentParser) -> None:
     options.config(parser)
-    parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--nodes", type=integer, default=1)
+    parser.add_argument("--gpus-per-node", type=integer, default=8)
     parser.add_argument("--partition")
-    parser.add_argument("--timeout-min", type=int, default=240)
+    parser.add_argument("--timeout-min", type=integer, default=240)
     parser.add_argument("--out")
     options.selection(parser)
     parser.add_argument("--local", action="store_true", help="submitit's local executor (testing)")
@@ -197,18 +241,25 @@ def submit(args: argparse.Namespace) -> int:
 
 def merge(args: argparse.Namespace) -> int:
     from bench.reporting import render
+    from bench.rundir import folder_option
+    from bench.runlock import run_folder_lock
     from bench.shard import merge_planned
+    from bench.shard.plan import read_plan
 
-    run_dir = Path(args.run_dir)
-    data = merge_planned(run_dir)
-    render(run_dir)
+    run_dir = folder_option(args.run_dir, "merge")
+    if not run_dir.is_dir():
+        raise UsageError(f"merge {run_dir}: no such folder")
+    read_plan(run_dir, required=True)  # a one-line error for a missing or malformed plan, before the lock
+    with run_folder_lock(run_dir, "merge"):
+        data = merge_planned(run_dir)
+        drawn = render(run_dir)
     missing = data["meta"].get("missing_cases") or []
     print(
         f"merged {len(data['cases'])} cases from {len(data['meta']['shards'])} shard(s)"
         + (f"; {len(missing)} missing" if missing else "")
         + f": {run_dir / 'results.json'}"
     )
-    return EXIT_FAILED if missing else 0
+    return EXIT_FAILED if missing or not drawn else 0
 
 
 COMMANDS = (

@@ -17,7 +17,6 @@ Every problem becomes one `ConfigError` line naming the file, the field and what
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,18 +24,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bench.cases import Case, ProviderSpec, as_list, cases_of, expand_set
+from bench.cases import Case, ProviderSpec, as_list, cases_of, expand_set, sweep_points
+from bench.config_errors import validation_message
+from bench.config_source import DICT_SOURCE, read_config
 from bench.errors import ConfigError
 from bench.provider_specs import resolve_providers
+from bench.resources import check_host_for_lengths
 from kernels.activations import ACTIVATION_NAMES
+from support.inputs import InputError, check_path_text
+from support.suggest import did_you_mean
 from support.text import one_line
 from workloads import check_family_params, check_pairing_params, check_workload, resolve_family_params
+from workloads.lengths import MAX_LENGTH
 
 DTYPES = ("bf16", "fp16", "fp32")
-DICT_SOURCE = "<config dict>"  # how errors name a config given as a Python dict
+MAX_NAME = 64  # characters of a config, set or provider name: they become folder names and case ids
+MAX_BUDGET_MS = 60_000.0  # a case's warm-up or sample budget
+MAX_REPS = 1_000_000
+MAX_LOOP_S = 600.0  # the energy loop, its settle pre-roll, the GEMM calibration
+MAX_SEED = 2**63 - 1
+MAX_WORKLOADS = 10_000  # per config: each one's lengths are drawn when the config loads
 LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 __all__ = ["DICT_SOURCE", "BenchConfig", "LoadedConfig", "default_run_dir", "load_config"]
@@ -50,14 +59,17 @@ def _no_bools(v: Any) -> Any:
     return v
 
 
-def _every(ok, message: str):
+def _every(ok, message: str, choices: tuple = ()):
     """A validator: every value of a field that may be swept (one value or a list) passes `ok`, else
-    `message` with the first one that does not."""
+    `message` with the first one that does not (and the closest of `choices`). An empty list would drop
+    the set silently: it is refused."""
 
     def validate(v):
+        if isinstance(v, (list, tuple)) and not v:
+            raise ValueError("an empty list; allowed: a value, or a list of at least one value to sweep")
         for x in as_list(v):
             if not ok(x):
-                raise ValueError(message.format(x))
+                raise ValueError(message.format(x) + did_you_mean(x, choices))
         return v
 
     return validate
@@ -77,10 +89,11 @@ class _Strict(BaseModel):
 
 
 class Timing(_Strict):
-    warmup_ms: float = Field(25.0, gt=0)
-    rep_ms: float = Field(100.0, gt=0)
-    min_reps: int = Field(5, ge=1)
-    max_reps: int = Field(2000, ge=1)
+    # bounded so that no config can time one case for hours (`rep_ms: 1e9, max_reps: 1e9` never ended)
+    warmup_ms: float = Field(25.0, gt=0, le=MAX_BUDGET_MS)
+    rep_ms: float = Field(100.0, gt=0, le=MAX_BUDGET_MS)
+    min_reps: int = Field(5, ge=1, le=MAX_REPS)
+    max_reps: int = Field(2000, ge=1, le=MAX_REPS)
     flush_l2: bool = True
     cuda_graph: bool = False
 
@@ -98,19 +111,19 @@ class Timing(_Strict):
 class Correctness(_Strict):
     enabled: bool = True
     tolerance: float = Field(2e-2, gt=0)
-    max_check_seqs: int = Field(16, ge=1)
+    max_check_seqs: int = Field(16, ge=1, le=MAX_LENGTH)
 
     _ints = field_validator("max_check_seqs", mode="before")(_no_bools)
 
 
 class Power(_Strict):
     enabled: bool = True
-    period_ms: float = Field(10.0, gt=0)
-    energy_loop_s: float = Field(1.0, ge=0)
+    period_ms: float = Field(10.0, ge=1, le=10_000)
+    energy_loop_s: float = Field(1.0, ge=0, le=MAX_LOOP_S)
     # The case runs back to back this long before the energy window opens, so the window starts loaded,
     # with NVML's 100 ms power reading refreshed and the cap controller past its first-second transient
     # (docs/DESIGN.md §5; docs/experiments/power-estimators.md).
-    settle_s: float = Field(1.0, ge=0)
+    settle_s: float = Field(1.0, ge=0, le=MAX_LOOP_S)
     # The energy loop before the timed samples instead of after: the samples then start in the
     # power-capped steady state rather than in whatever state the previous case left (docs/DESIGN.md §5).
     energy_loop_first: bool = False
@@ -130,13 +143,13 @@ class Power(_Strict):
 
 
 class Hardware(_Strict):
-    target: str | None = None  # the GPU this config was written for (e.g. B200); informational
-    gpu: str | None = None  # override the detected name for the datasheet table
-    power_cap_w: float | None = Field(None, gt=0)
+    target: str | None = Field(None, max_length=MAX_NAME)  # the GPU this config was written for; informational
+    gpu: str | None = Field(None, max_length=MAX_NAME)  # override the detected name for the datasheet table
+    power_cap_w: float | None = Field(None, gt=0, le=100_000)
     peak_tflops: dict[str, float] | None = None
-    hbm_tb_s: float | None = Field(None, gt=0)
+    hbm_tb_s: float | None = Field(None, gt=0, le=1_000_000)
     calibrate: bool = True
-    calibrate_seconds: float = Field(2.0, gt=0)
+    calibrate_seconds: float = Field(2.0, gt=0, le=MAX_LOOP_S)
 
     @field_validator("peak_tflops")
     @classmethod
@@ -144,13 +157,17 @@ class Hardware(_Strict):
         if v is not None:
             bad = [k for k in v if k not in DTYPES]
             if bad:
-                raise ValueError(f"unknown dtype {bad[0]!r}; allowed: {', '.join(DTYPES)}")
+                hint = did_you_mean(bad[0], DTYPES)
+                raise ValueError(f"unknown dtype {bad[0]!r}; allowed: {', '.join(DTYPES)}{hint}")
+            low = next((k for k, x in v.items() if not 0 < x <= 1e7), None)
+            if low is not None:
+                raise ValueError(f"{low}: {v[low]!r}; allowed: a number of TFLOP/s > 0")
         return v
 
 
 class ProviderEntry(_Strict):
-    name: str = Field(min_length=1)
-    label: str | None = None
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    label: str | None = Field(None, max_length=MAX_NAME)
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("label")
@@ -167,11 +184,12 @@ def _entries(v):
 
 
 class WorkloadSet(_Strict):
-    name: str = Field(min_length=1)
-    B: int = Field(gt=0)
-    H: int = Field(gt=0)
-    Hkv: int | None = Field(None, gt=0)
-    D: int = Field(gt=0)
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    # int32 offsets address the packed tensors: no size beyond that (memory is checked per case, bench.resources)
+    B: int = Field(gt=0, le=MAX_LENGTH)
+    H: int = Field(gt=0, le=MAX_LENGTH)
+    Hkv: int | None = Field(None, gt=0, le=MAX_LENGTH)
+    D: int = Field(gt=0, le=MAX_LENGTH)
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     activation: str | list[str] = "fast_gelu"
     alpha: float = 1.0
@@ -182,38 +200,71 @@ class WorkloadSet(_Strict):
     kv: dict[str, Any] = Field(default_factory=lambda: {"rule": "self"})
     seed: int | list[int] = 0
     sort_by_length: bool | list[bool] = False
-    modes: list[Literal["fwd", "bwd", "fwd_bwd"]] | None = None
-    providers: list[ProviderEntry] | None = None
+    modes: list[Literal["fwd", "bwd", "fwd_bwd"]] | None = Field(None, min_length=1)
+    providers: list[ProviderEntry] | None = Field(None, min_length=1)
 
     _ints = field_validator("B", "H", "Hkv", "D", "max_len", "seed", mode="before")(_no_bools)
     _modes = field_validator("modes")(_no_repeats)
 
     _providers = field_validator("providers", mode="before")(_entries)
 
-    _seed = field_validator("seed")(_every(lambda n: n >= 0, "seeds must be integers >= 0, got {!r}"))
+    _seed = field_validator("seed")(
+        _every(lambda n: 0 <= n <= MAX_SEED, "seeds must be integers in [0, 2**63 - 1], got {!r}")
+    )
     _activation = field_validator("activation")(
-        _every(lambda a: a in ACTIVATION_NAMES, f"unknown activation {{!r}}; allowed: {', '.join(ACTIVATION_NAMES)}")
+        _every(
+            lambda a: a in ACTIVATION_NAMES,
+            f"unknown activation {{!r}}; allowed: {', '.join(ACTIVATION_NAMES)}",
+            ACTIVATION_NAMES,
+        )
     )
     _max_len = field_validator("max_len")(
-        _every(lambda n: isinstance(n, int) and n > 0, "max lengths must be positive integers, got {!r}")
+        _every(
+            lambda n: isinstance(n, int) and 0 < n <= MAX_LENGTH,
+            f"max lengths must be integers in [1, {MAX_LENGTH}], got {{!r}}",
+        )
     )
+    _sort = field_validator("sort_by_length")(_every(lambda b: True, ""))
+
+    @field_validator("name")
+    @classmethod
+    def _set_name(cls, v):
+        # it starts every case id, which --gpus workers pass one per line, and names histogram files
+        if not LABEL_RE.fullmatch(v):
+            raise ValueError(f"{v!r}: allowed: letters, digits and _ . + - (not starting with . or -)")
+        return v
+
+    @field_validator("lengths", "kv")
+    @classmethod
+    def _axes(cls, v, info):
+        for key, val in v.items():
+            try:
+                _every(lambda x: True, "")(val)
+            except ValueError as exc:
+                raise ValueError(f"{info.field_name}.{key}: {exc}") from None
+        return v
 
     @model_validator(mode="after")
     def _heads(self):
         hkv = self.Hkv or self.H
         if self.H % hkv:
             raise ValueError(f"H ({self.H}) must be a multiple of Hkv ({hkv})")
+        if sweep_points(self) > MAX_WORKLOADS:
+            raise ValueError(
+                f"its sweep has {sweep_points(self):,} workloads (the product of its list lengths); allowed: at "
+                f"most {MAX_WORKLOADS:,} per config"
+            )
         return self
 
 
 class BenchConfig(_Strict):
-    name: str | None = None
-    description: str = ""
+    name: str | None = Field(None, max_length=MAX_NAME)
+    description: str = Field("", max_length=10_000)
     device: Literal["cuda", "cpu"] = "cuda"
     hardware: Hardware = Hardware()
     providers: list[ProviderEntry] = Field(min_length=1)
     baseline: str | None = None
-    modes: list[Literal["fwd", "bwd", "fwd_bwd"]] = ["fwd", "bwd", "fwd_bwd"]
+    modes: list[Literal["fwd", "bwd", "fwd_bwd"]] = Field(["fwd", "bwd", "fwd_bwd"], min_length=1)
     timing: Timing = Timing()
     correctness: Correctness = Correctness()
     power: Power = Power()
@@ -234,6 +285,14 @@ class BenchConfig(_Strict):
             )
         return v
 
+    @field_validator("output_dir")
+    @classmethod
+    def _output_dir(cls, v):
+        try:
+            return check_path_text(v, repr(v))
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+
     @model_validator(mode="after")
     def _names(self):
         seen = set()
@@ -241,6 +300,9 @@ class BenchConfig(_Strict):
             if s.name in seen:
                 raise ValueError(f"sets: the name {s.name!r} is used twice")
             seen.add(s.name)
+        n = sum(sweep_points(s) for s in self.sets)
+        if n > MAX_WORKLOADS:
+            raise ValueError(f"sets: {n:,} workloads in all; allowed: at most {MAX_WORKLOADS:,} per config")
         return self
 
 
@@ -273,83 +335,18 @@ def default_run_dir(cfg: LoadedConfig) -> Path:
 # ------------------------------------------------------------------------------------------- loading
 
 
-def _loc(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if p not in ("function-after",)) or "(top level)"
-
-
-def _validation_message(exc: ValidationError, data: dict, path) -> str:
-    err = exc.errors()[0]
-    loc = list(err["loc"])
-    # name sets by their `name` rather than their index, so the message points at the YAML
-    if len(loc) >= 2 and loc[0] == "sets" and isinstance(loc[1], int):
-        sets = data.get("sets") or []
-        if loc[1] < len(sets) and isinstance(sets[loc[1]], dict) and "name" in sets[loc[1]]:
-            loc[1] = sets[loc[1]]["name"]
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    elif err["type"] == "missing":
-        msg = "required field is missing"
-    elif err["type"] in ("literal_error", "finite_number"):
-        msg = f"{msg}, got {err.get('input')!r}"
-    return f"{path}: {_loc(tuple(loc))}: {msg}"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML keeps the last of two equal keys silently; a config with `name:` twice is a mistake."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            first: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden, by design
-                    continue
-                key = self.construct_object(key_node, deep=deep)
-                try:
-                    seen = key in first
-                except TypeError:  # an unhashable key: SafeLoader reports it
-                    continue
-                if seen:
-                    raise yaml.constructor.ConstructorError(
-                        None,
-                        None,
-                        f"the key {key!r} appears twice (first on line {first[key] + 1})",
-                        key_node.start_mark,
-                    )
-                first[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
-
-
-def _read(source: str | Path | Mapping) -> tuple[Path, dict, bytes]:
-    if isinstance(source, Mapping):
-        data = dict(source)
-        raw = json.dumps(data, sort_keys=True, default=str).encode()
-        return Path(DICT_SOURCE), data, raw
-    path = Path(source)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
-    raw = path.read_bytes()
-    try:
-        data = yaml.load(raw, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    return path, data, raw
-
-
 def load_config(source: str | Path | Mapping) -> LoadedConfig:
     """Validate a config (a YAML file, or a dict with the same fields) and expand its cases.
 
     Raises `ConfigError` with one line naming the file (or `<config dict>`), the field and what is
     allowed."""
-    path, data, raw = _read(source)
+    path, data, raw = read_config(source)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of config fields")
     try:
         model = BenchConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_validation_message(exc, data, path)) from None
+        raise ConfigError(validation_message(exc, data, path, BenchConfig)) from None
     top, per_set = resolve_providers(model, path)
     labels = {p.label: p for p in top}
     for specs in per_set.values():
@@ -359,11 +356,14 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
     elif model.baseline not in labels:
         raise ConfigError(
             f"{path}: baseline: {model.baseline!r} is not one of the config's providers; allowed: {', '.join(labels)}"
+            + did_you_mean(model.baseline, labels)
         )
 
     base_dir = None if isinstance(source, Mapping) else path.parent
 
     def workload_ok(set_name: str, B: int):
+        check_host_for_lengths(B, f"{path}: sets.{set_name}")
+
         def check(family, params, rule, rule_params, max_len, seed, sort) -> dict:
             """Everything about one workload, before any case runs: its parameters, then its lengths
             drawn (every empirical file read). A relative file path is the config folder's."""
@@ -378,7 +378,7 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
             except ValueError as exc:
                 raise ConfigError(f"{path}: sets.{set_name}.kv: {exc}") from None
             try:
-                check_workload(
+                q, kv = check_workload(
                     family,
                     params,
                     rule,
@@ -391,6 +391,12 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
                 )
             except ValueError as exc:
                 raise ConfigError(f"{path}: sets.{set_name}: {one_line(exc, type_name=False)}") from None
+            tokens = max(int(q.sum()), int(kv.sum()))
+            if tokens > MAX_LENGTH:
+                raise ConfigError(
+                    f"{path}: sets.{set_name}: L={max_len}: {tokens:,} tokens in one batch; allowed: at most "
+                    f"{MAX_LENGTH:,} (the int32 offsets of the packed tensors)"
+                )
             return resolve_family_params(family, params, base_dir)
 
         return check

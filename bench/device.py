@@ -16,6 +16,15 @@ def use_interpreter_without_gpu() -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def check_device_option(cfg_device: str, index, option: str = "--device") -> None:
+    """`--device N` picks a CUDA GPU: on a CPU config it would be ignored, so it is refused."""
+    if index is not None and cfg_device == "cpu":
+        raise UsageError(
+            f"{option} {index}: the config runs on device: cpu, where {option} has nothing to pick; allowed: "
+            f"no {option}, or a device: cuda config"
+        )
+
+
 def resolve_device(cfg_device: str, index: int | None = None) -> torch.device:
     """The config's device (`cuda` or `cpu`), with `index` picking the GPU; one-line UsageError when
     it does not exist. Sets the current CUDA device: libraries that launch on "the current device"

@@ -35,17 +35,34 @@ GIT_SHA_VARIABLE = "GDPA_GIT_SHA"
 
 
 def _git(*args: str) -> str | None:
+    # Only the repository that holds this package: git must not walk up from a copy of the project
+    # unpacked inside another checkout (it recorded that other repository's `...-dirty` sha), nor follow
+    # a GIT_DIR set for some other repository.
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+    env["GIT_CEILING_DIRECTORIES"] = str(REPO.parent)
     try:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=5, env=env)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def own_repository() -> bool:
+    """The package's folder is the top of a git work tree (not a folder inside some other repository)."""
+    top = _git("rev-parse", "--show-toplevel")
+    try:
+        return top is not None and Path(top).resolve() == REPO.resolve()
+    except OSError:
+        return False
+
+
 def git_state() -> dict:
     """{git_sha (sha + "-dirty" when dirty, as always recorded), git_commit, git_dirty, git_branch,
-    git_commit_time}. Dirty means tracked files differ from HEAD (`git status --porcelain`)."""
-    sha = _git("rev-parse", "HEAD")
+    git_commit_time, git_source, package_version}, git facts only from the repository that holds the
+    package (else None, or $GDPA_GIT_SHA; `package_version` is always the installed gdpa-bench's).
+    Dirty means tracked files differ from HEAD (`git status --porcelain`)."""
+    sha = _git("rev-parse", "HEAD") if own_repository() else None
+    version = package_version("gdpa-bench")
     if not sha:
         env_sha = os.environ.get(GIT_SHA_VARIABLE) or None
         return {
@@ -55,6 +72,7 @@ def git_state() -> dict:
             "git_branch": None,
             "git_commit_time": None,
             "git_source": f"${GIT_SHA_VARIABLE}" if env_sha else None,
+            "package_version": version,
         }
     status = _git("status", "--porcelain", "--untracked-files=no")
     dirty = None if status is None else bool(status)
@@ -66,6 +84,7 @@ def git_state() -> dict:
         "git_branch": None if branch in (None, "HEAD") else branch,
         "git_commit_time": _git("show", "-s", "--format=%cI", "HEAD"),
         "git_source": "git",
+        "package_version": version,
     }
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1  # a regression (compare), or a sharded run with a failed worker or missing cases
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: the finished cases are on disk
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGTERM: 143, 128 + the signal): the finished cases are on disk
+#: The longest error line printed: a hostile value (a YAML alias bomb, a 300 MB string) is cut, not echoed.
+MAX_LINE = 600
 
 
-class ConfigError(Exception):
+# ValueError subclasses: the Python API's bad input is a ValueError like any library's.
+class ConfigError(ValueError):
     """A bad config: the message is one line, ready to print."""
 
 
-class UsageError(Exception):
+class UsageError(ValueError):
     """A bad command-line option or path: the message is one line, ready to print."""

@@ -7,6 +7,8 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from support.inputs import integer, number  # ASCII digits: int("٣") is 3
+
 
 @dataclass(frozen=True)
 class Command:
@@ -30,7 +32,7 @@ def selection(parser: argparse.ArgumentParser, only_required: bool = False) -> N
 
 
 def device(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", type=int, metavar="N", help="CUDA device index")
+    parser.add_argument("--device", type=integer, metavar="N", help="CUDA device index")
 
 
 def run_dir(parser: argparse.ArgumentParser) -> None:
@@ -42,17 +44,19 @@ def compare_settings(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("how a case is judged (results.verdicts)")
     group.add_argument(
         "--threshold",
-        type=float,
+        type=number,
         default=0.05,
         help="relative median change that counts as a regression (default 0.05 = 5%%)",
     )
     group.add_argument(
-        "--alpha", type=float, default=0.01, help="significance level of the Mann-Whitney U test (default 0.01)"
+        "--alpha", type=number, default=0.01, help="significance level of the Mann-Whitney U test (default 0.01)"
     )
-    group.add_argument("--min-samples", type=int, default=5, help="fewest samples per side to run the test (default 5)")
+    group.add_argument(
+        "--min-samples", type=integer, default=5, help="fewest samples per side to run the test (default 5)"
+    )
     group.add_argument(
         "--drift-threshold",
-        type=float,
+        type=number,
         default=0.03,
         help="a case whose first and last tenth of samples differ by more is 'drifting' (default 0.03; "
         "inf turns the check off)",

@@ -24,6 +24,7 @@ import torch
 
 from bench.errors import UsageError
 from bench.reporting import render
+from bench.runlock import run_folder_lock
 from bench.selection import select_cases
 from kernels.registry import get_provider
 from results.files import ResultsWriter, read_results
@@ -187,8 +188,9 @@ def profile(cfg, args) -> int:
         else:
             print(f"  {r.get('error')}", flush=True)
     if run_dir:
-        ResultsWriter.of(run_dir, read_results(run_dir)).update_cases(results)
-        render(run_dir)
+        with run_folder_lock(run_dir, "--run"):  # read, update and write back with no other writer between
+            ResultsWriter.of(run_dir, read_results(run_dir)).update_cases(results)
+            render(run_dir)
         print(f"stored in {run_dir / 'results.json'}")
     else:
         out.mkdir(parents=True, exist_ok=True)

@@ -44,9 +44,8 @@ class Progress:
 
 
 def format_rate(tflops: float | None) -> str:
-    """TFLOP/s for a log line; below 1 TFLOP/s (CPU runs) in GFLOP/s, never a bare "0.0"."""
+    """TFLOP/s for a log line — the unit of the report's tables, whatever the size (a CPU run's line once
+    said GFLOP/s where its report said TFLOP/s) — with significant digits, never a bare "0.0"."""
     if tflops is None:
         return "—"
-    if tflops >= 1 or tflops == 0:
-        return f"{tflops:.4g} TFLOP/s"
-    return f"{tflops * 1e3:.4g} GFLOP/s"
+    return f"{tflops:.4g} TFLOP/s"

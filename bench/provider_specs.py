@@ -7,11 +7,15 @@ from __future__ import annotations
 from bench.cases import ProviderSpec
 from bench.errors import ConfigError, UsageError
 from kernels.registry import ProviderModuleError, get_provider, provider_names
+from support.suggest import did_you_mean
 
 
 def _spec(entry, where: str, known: list[str], path) -> ProviderSpec:
     if entry.name not in known:
-        raise ConfigError(f"{path}: {where}: unknown provider {entry.name!r}; allowed: {', '.join(known)}")
+        raise ConfigError(
+            f"{path}: {where}: unknown provider {entry.name!r}; allowed: {', '.join(known)}"
+            + did_you_mean(entry.name, known)
+        )
     try:
         get_provider(entry.name, entry.options or None)  # parses the options: a bad one fails here
     except ValueError as exc:

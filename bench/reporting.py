@@ -13,23 +13,32 @@ import sys
 from pathlib import Path
 
 from bench import options
-from bench.errors import EXIT_FAILED, UsageError
+from bench.errors import EXIT_FAILED, MAX_LINE, UsageError
 from bench.options import Command
 from results.files import ResultsWriteError
+from support.text import one_line
 
 
-def render(run_dir: Path) -> None:
-    """report.md/.html and plots/ for `run_dir`; a failure is one line on stderr, never an exception."""
+def render(run_dir: Path) -> bool:
+    """report.md/.html and plots/ for `run_dir`. True when drawn; False after one line on stderr saying why
+    not (the caller exits non-zero: the results are kept, the report is missing). A report file that
+    cannot be written (disk full, read-only) is a `ResultsWriteError` (exit 2)."""
     try:
         from reports.render import render_report  # Matplotlib only when a report is drawn
     except ImportError as exc:
         print(f"report not rendered: {exc}", file=sys.stderr)
-        return
+        return False
     try:
         paths = render_report(run_dir)
-        print(f"report: {paths.get('html') or paths}", flush=True)
-    except Exception as exc:  # a report bug must not lose a finished sweep
-        print(f"report rendering failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except ResultsWriteError:
+        raise
+    except OSError as exc:
+        raise ResultsWriteError.of(Path(run_dir) / "report.md", exc) from None
+    except Exception as exc:  # a report bug must not lose a finished sweep, nor pass for a drawn report
+        print(f"report rendering failed: {one_line(exc, MAX_LINE)}", file=sys.stderr)
+        return False
+    print(f"report: {paths.get('html') or paths}", flush=True)
+    return True
 
 
 def _read(path: str) -> dict:
@@ -51,14 +60,21 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
+    from bench.rundir import folder_option
     from reports.render import render_report
+    from results.checks import check_results
     from results.files import ResultsError
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "results.json").is_file():
+    run_dir = folder_option(args.run_dir, "report")
+    if not (run_dir / "results.json").exists():
         raise UsageError(f"{run_dir}: no results.json in this folder")
+    data = _read(str(run_dir))
+    try:
+        check_results(data, str(run_dir / "results.json"))  # what compare accepts, and nothing else
+    except ResultsError as exc:
+        raise UsageError(str(exc)) from None
     if args.baseline is not None:
-        cases = _read(str(run_dir))["cases"]
+        cases = data["cases"]
         labels = list(dict.fromkeys(str(c["provider"]) for c in cases if c.get("provider") is not None))
         if args.baseline not in labels:
             raise UsageError(
@@ -69,8 +85,13 @@ def report(args: argparse.Namespace) -> int:
         paths = render_report(run_dir, baseline=args.baseline)
     except ResultsError as exc:
         raise UsageError(str(exc)) from None
+    except ResultsWriteError:
+        raise
     except OSError as exc:
         raise ResultsWriteError.of(run_dir / "report.md", exc) from None
+    except Exception as exc:  # a report bug: said in one line, and not exit 0
+        print(f"report rendering failed: {one_line(exc, MAX_LINE)}", file=sys.stderr)
+        return EXIT_FAILED
     for kind, p in paths.items():
         print(f"{kind}: {p}")
     return 0
@@ -89,6 +110,7 @@ def compare_arguments(parser: argparse.ArgumentParser) -> None:
 def compare(args: argparse.Namespace) -> int:
     """Exit 0 when no case fails the gate, 1 otherwise (the failing cases named on the last lines)."""
     from reports.compare import format_markdown, json_document, summary_lines
+    from reports.cpu_notes import compare_notes
     from results.checks import check_results
     from results.files import ResultsError, clean
     from results.verdicts import BadSetting, CompareSettings, compare_checked, regressions, timeline_clocks
@@ -112,6 +134,7 @@ def compare(args: argparse.Namespace) -> int:
     timelines = timeline_clocks(args.baseline), timeline_clocks(args.current)
     rows = compare_checked(base_cases, cur_cases, settings, *timelines)
     tail = summary_lines(rows)
+    tail[1:1] = compare_notes(base, cur, rows, settings.min_samples)  # why nothing is gated, before the verdict
     if args.format == "json":
         doc = json_document(rows, args.baseline, args.current, settings)
         print(json.dumps(clean(doc), indent=1, default=str))

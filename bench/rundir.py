@@ -20,6 +20,7 @@ from pathlib import Path
 from bench.config import LoadedConfig
 from bench.errors import UsageError
 from results.files import ResultsError, read_results
+from support.inputs import InputError, check_path_text
 
 PLAN_FILE = "multigpu.json"  # the plan of a sharded run (bench.shard.plan)
 
@@ -28,15 +29,19 @@ def holds_run(path: Path) -> bool:
     return (path / "results.json").exists() or (path / PLAN_FILE).exists()
 
 
-def check_new_run_dir(path: Path, option: str) -> None:
-    """A new run may be written to `path`; `option` names where the path came from (`--out`, or the
-    config's `output_dir`) in the one-line error."""
-    path = Path(path)
-    where = f"{option} {path}"
+def folder_option(value, option: str) -> Path:
+    """The folder a command-line option or API argument names, after the checks every path gets (not
+    empty: `--out ''` was the current folder; no NUL; names within NAME_MAX, the whole within PATH_MAX)."""
+    try:
+        return Path(check_path_text(value, option))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_writable_folder(path: Path, where: str) -> None:
+    """`path` is, or can be made, a folder this process can write into (one-line UsageError)."""
     if path.exists() and not path.is_dir():
-        raise UsageError(f"{where}: is a file; allowed: a new folder, or an empty one")
-    if path.is_dir() and holds_run(path):
-        raise UsageError(f"{where}: already holds a run; continue it with --resume {path}, or choose another folder")
+        raise UsageError(f"{where}: is a file; allowed: a folder")
     existing = path
     while not existing.exists():
         parent = existing.parent
@@ -49,10 +54,22 @@ def check_new_run_dir(path: Path, option: str) -> None:
         raise UsageError(f"{where}: {existing} is not writable (read-only or no permission)")
 
 
+def check_new_run_dir(path: Path, option: str) -> None:
+    """A new run may be written to `path`; `option` names where the path came from (`--out`, or the
+    config's `output_dir`) in the one-line error."""
+    path = folder_option(path, option)
+    where = f"{option} {path}"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{where}: is a file; allowed: a new folder, or an empty one")
+    if path.is_dir() and holds_run(path):
+        raise UsageError(f"{where}: already holds a run; continue it with --resume {path}, or choose another folder")
+    check_writable_folder(path, where)
+
+
 def check_resume(cfg: LoadedConfig, run_dir: Path, force: bool = False) -> dict:
     """The results of the run `--resume run_dir` continues; refuses a run of another config unless
     `force`."""
-    run_dir = Path(run_dir)
+    run_dir = folder_option(run_dir, "--resume")
     if not run_dir.is_dir():
         raise UsageError(f"--resume {run_dir}: no such folder")
     if not (run_dir / "results.json").exists():

@@ -28,6 +28,7 @@ from bench.config import LoadedConfig
 from bench.gate import correctness
 from bench.monitor import PowerMonitor
 from bench.progress import Progress, format_rate
+from bench.resources import Shape, batch_need, case_need, free_bytes, skip_reason
 from bench.signals import interrupts
 from bench.timing import Samples, sync_for, time_cpu, time_cuda
 from kernels.registry import Provider, get_provider
@@ -200,6 +201,12 @@ class Runner:
                 )
         return time_cpu(fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
 
+    def too_big(self, case: Case, batch) -> str | None:
+        """The `skipped` reason of a case whose working set does not fit in the free memory (bench.resources)."""
+        shape = Shape.of(case.workload, batch.q_lengths, batch.kv_lengths)
+        need = case_need(shape, case.mode, self.provider(case).scores_memory, self.settings.correctness.enabled)
+        return skip_reason(need, free_bytes(self.device), self.device, "the case beyond its batch")
+
     def run_case(self, case: Case, batch, wstats: dict, flops: float) -> dict:
         rec = self.blank_record(case, wstats, flops)
         t0 = time.perf_counter()
@@ -214,6 +221,7 @@ class Runner:
                     raise
                 except BaseException as exc:
                     reason = f"support check failed: {one_line(exc)}"
+            reason = reason or self.too_big(case, batch)
             if reason is not None:
                 rec.update(status="skipped", error=reason)
                 return rec
@@ -304,6 +312,7 @@ class Runner:
                     self._run_workload(w, list(group), counts)
             except KeyboardInterrupt:
                 self.interrupted = True
+                self.progress.close()  # the bar first: the line below must not land inside it
                 self.say("interrupted: results.json holds every finished case")
             except BaseException as exc:
                 crash = exc
@@ -336,9 +345,11 @@ class Runner:
     def _run_workload(self, w: Workload, group: list[Case], counts: dict[str, int]) -> None:
         q_len, kv_len, wstats = self.build_workload(w)
         batch, build_error = None, None
+        too_big = skip_reason(batch_need(Shape.of(w, q_len, kv_len)), free_bytes(self.device), self.device, "its batch")
         try:
-            batch = w.batch(self.device, (q_len, kv_len))
-        except Exception as exc:  # e.g. the batch itself does not fit in memory
+            if too_big is None:
+                batch = w.batch(self.device, (q_len, kv_len))
+        except Exception as exc:  # a batch the estimate let through that still does not fit
             build_error = f"building the batch failed: {one_line(exc)}"
         for case in group:
             self.progress.started(case.id)
@@ -347,7 +358,7 @@ class Runner:
                 self.monitor.begin_case(case.id)
             if batch is None:
                 rec = self.blank_record(case, wstats, flops)
-                rec.update(status="failed", error=build_error)
+                rec.update(status="skipped" if too_big else "failed", error=too_big or build_error)
             else:
                 rec = self.run_case(case, batch, wstats, flops)
             if self.monitor:

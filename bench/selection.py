@@ -6,12 +6,13 @@ Shared by `run`, `list`, `profile`, `submit` and the Python API; a bad value is 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from bench.cases import Case, select
 from bench.config import LoadedConfig
 from bench.errors import UsageError
 from kernels.registry import provider_names
+from support.inputs import InputError, MiB, read_regular
+from support.suggest import did_you_mean
 
 
 def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None) -> list[str] | None:
@@ -22,7 +23,10 @@ def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None) -> list[s
     allowed = list(dict.fromkeys([*cfg.providers, *provider_names()]))
     unknown = [p for p in wanted if p not in allowed]
     if unknown:
-        raise UsageError(f"--providers: unknown provider {unknown[0]!r}; allowed: {', '.join(allowed)}")
+        raise UsageError(
+            f"--providers: unknown provider {unknown[0]!r}; allowed: {', '.join(allowed)}"
+            + did_you_mean(unknown[0], allowed)
+        )
     return wanted
 
 
@@ -43,9 +47,10 @@ def select_cases(cfg: LoadedConfig, only: str | None, providers: str | list[str]
 def restrict_to_list(cfg: LoadedConfig, cases: list[Case], case_list: str) -> list[Case]:
     """The cases whose ids a `--case-list` file names (one per line: a shard's assignment)."""
     try:
-        wanted = set(Path(case_list).read_text().split())
-    except OSError as exc:
-        raise UsageError(f"--case-list {case_list}: {exc.strerror}") from None
+        text = read_regular(case_list, kind="a file of case ids", max_bytes=64 * MiB, what=f"--case-list {case_list}")
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    wanted = {line for line in text.decode("utf-8", "replace").splitlines() if line.strip()}  # one id a line
     unknown = wanted - {c.id for c in cfg.cases}
     if unknown:
         raise UsageError(

@@ -1,10 +1,16 @@
 """Ctrl-C and SIGTERM end a sweep cleanly: the first one stops it (KeyboardInterrupt), and every later
 one is only acknowledged, so the finished cases, power.csv and the report are still written; the exit
 status is 128 + the first signal (130 for SIGINT, 143 for SIGTERM), as a shell reports a signal.
+
+From the first instruction of `python -m bench` / `gdpa-bench` (bench.__main__) the same holds while the
+process starts: until a command begins (`command_started`), a signal prints one line and exits at once
+(nothing is written before then, and a KeyboardInterrupt raised inside `import torch` would print its
+traceback); afterwards it raises KeyboardInterrupt, which the CLI turns into one line and 128 + the signal.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -53,7 +59,9 @@ def interrupts() -> Iterator[Interrupts]:
             state.signum = signum
             raise KeyboardInterrupt
         state.repeats += 1
-        print(REPEAT_NOTE.format(name=signal.Signals(signum).name), file=sys.stderr, flush=True)
+        from tqdm import tqdm  # noqa: PLC0415  (only when a second signal comes; tqdm clears its bar first)
+
+        tqdm.write(REPEAT_NOTE.format(name=signal.Signals(signum).name), file=sys.stderr)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     _active = state
@@ -63,3 +71,47 @@ def interrupts() -> Iterator[Interrupts]:
         _active = None
         for s, h in old.items():
             signal.signal(s, signal.SIG_DFL if h is None else h)
+
+
+# ------------------------------------------------------------------------------------- while starting
+
+_entry = Interrupts()  # the signal that ended a command outside a sweep; `installed` below
+_entry_installed = False
+STARTING_NOTE = "interrupted ({name}) while starting: nothing was written"
+
+
+def guard_startup() -> None:
+    """Installed first thing by `python -m bench` / `gdpa-bench`: a SIGINT or SIGTERM before the command
+    begins prints one line and exits with 128 + the signal (os._exit: no traceback, no cleanup needed)."""
+    global _entry_installed
+
+    def starting(signum, frame):
+        os.write(2, (STARTING_NOTE.format(name=signal.Signals(signum).name) + "\n").encode())
+        os._exit(128 + signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) is not signal.SIG_IGN:  # an ignored signal (a `&` job's SIGINT) stays ignored
+            signal.signal(s, starting)
+    _entry_installed = True
+
+
+def command_started() -> None:
+    """The command begins: a signal now raises KeyboardInterrupt (recorded for `entry_signal`), so the
+    command can stop cleanly; a sweep's `interrupts()` block takes over while it runs. Without
+    `guard_startup` (the CLI called in-process, a notebook) the handlers are left alone."""
+    if not _entry_installed or threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        if _entry.signum is None:
+            _entry.signum = signum
+        raise KeyboardInterrupt
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, stop)
+
+
+def entry_signal() -> Interrupts:
+    """The signal that ended the command (SIGINT when none was recorded: a plain KeyboardInterrupt)."""
+    return _entry

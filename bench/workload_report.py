@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.config import LoadedConfig
+from results.files import ResultsWriteError
 from results.metrics import WORKLOAD_METRICS, shown_in
 from workloads import length_stats, plot_length_histogram
 
@@ -27,9 +28,20 @@ def workload_table(cfg: LoadedConfig) -> tuple[pd.DataFrame, dict]:
     return pd.DataFrame(rows), lengths
 
 
+def default_out(cfg: LoadedConfig) -> Path:
+    return Path(cfg.model.output_dir) / f"workloads-{cfg.name}"
+
+
 def describe(cfg: LoadedConfig, out: Path | None = None) -> int:
     df, lengths = workload_table(cfg)
-    out = out or Path(cfg.model.output_dir) / f"workloads-{cfg.name}"
+    out = out or default_out(cfg)
+    try:
+        return _write(df, lengths, out)
+    except OSError as exc:  # disk full, read-only: one line naming the folder (exit 2)
+        raise ResultsWriteError.of(out, exc) from None
+
+
+def _write(df: pd.DataFrame, lengths: dict, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with pd.option_context(
         "display.max_rows",

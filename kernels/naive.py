@@ -75,6 +75,7 @@ def naive_gdpa(
 
 class _NaiveBase(Provider):
     semantics = "gdpa"
+    scores_memory = "padded"
 
     def _fn(self):
         return naive_gdpa
@@ -116,6 +117,7 @@ class NaiveCompiled(_NaiveBase):
     name = "naive_compiled"
     description = "torch.compile (dynamic shapes) of the naive PyTorch GDPA"
     process_setup_s = 60.0  # Inductor compiles fwd and bwd graphs once (~1 min on the H200 host)
+    scores_memory = "padded_fused"
 
     def _fn(self):
         return _compiled()

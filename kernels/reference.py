@@ -95,6 +95,8 @@ def reference_outputs(
 class _ReferenceBase(Provider):
     """The exact reference as a timed provider: a floor, and a check that the harness itself works."""
 
+    scores_memory = "per_sequence"
+
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
         fn = SEQUENCE_FNS[self.semantics]
         outs = []

@@ -66,6 +66,11 @@ class Provider:
     # Seconds of one-time work per process that all of this provider's cases share (a JIT compile
     # cache). The multi-GPU sharder keeps such a provider's cases on one worker, so one process pays it.
     process_setup_s: ClassVar[float] = 0.0
+    # How the scores take memory, for the harness's estimate before anything is allocated
+    # (bench.resources): "tiles" (a fused kernel: O(tokens)), "padded" (B·H·maxLq·maxLk score tensors
+    # of the padded layout), "padded_fused" (the same, activation and mask fused by a compiler),
+    # "per_sequence" (fp32, one sequence at a time; with autograd the graph keeps every sequence's).
+    scores_memory: ClassVar[str] = "tiles"
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.options = self.parse_options(dict(options or {}))
@@ -188,10 +193,15 @@ def provider_names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_provider(name: str, options: Mapping[str, Any] | None = None) -> Provider:
-    """A new instance of provider `name` with `options` parsed; ValueError from parse_options
-    propagates unchanged (one line, for the config loader to report)."""
+def provider_class(name: str) -> type[Provider]:
+    """The class registered as `name` (its class attributes, without building an instance)."""
     _load_all()
     if name not in _REGISTRY:
         raise KeyError(f"unknown provider {name!r}; known: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name](options)
+    return _REGISTRY[name]
+
+
+def get_provider(name: str, options: Mapping[str, Any] | None = None) -> Provider:
+    """A new instance of provider `name` with `options` parsed; ValueError from parse_options
+    propagates unchanged (one line, for the config loader to report)."""
+    return provider_class(name)(options)

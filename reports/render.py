@@ -20,6 +20,7 @@ from typing import Any
 from reports.document import DASH, Image, Section, Table
 from reports.plots import make_all_plots
 from reports.sections import build_sections
+from results.files import atomic_write
 from results.frame import load_run
 
 # -------------------------------------------------------------------------------------------- writers
@@ -49,6 +50,8 @@ def to_markdown(title: str, sections: list[Section], run_dir: Path) -> str:
                 out.extend([b, ""])
             elif isinstance(b, tuple) and b[0] == "warn":
                 out.extend([f"> **Warning:** {b[1]}", ""])
+            elif isinstance(b, tuple) and b[0] == "note":
+                out.extend([f"> **Note — {b[1]}**", ""])
             elif isinstance(b, Table):
                 out.extend([_md_table(b), ""])
             elif isinstance(b, Image):
@@ -76,6 +79,8 @@ h1{font-size:22px;border-bottom:2px solid #333;padding-bottom:6px}
 h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc;padding-bottom:4px}
 h3{font-size:15px}
 .warn{background:#fff4e5;border-left:4px solid #e67e22;padding:8px 12px;margin:8px 0}
+.banner{background:#e8f0fe;border:1px solid #8ab4f8;border-left:6px solid #1a73e8;padding:10px 14px;margin:8px 0;
+ font-weight:600}
 .scroll{overflow-x:auto;margin:8px 0}
 table{border-collapse:collapse;font-size:12.5px}
 th,td{border:1px solid #d6d6d6;padding:3px 7px;white-space:nowrap}
@@ -148,6 +153,8 @@ def to_html(title: str, sections: list[Section]) -> str:
                 out.append(f"<p>{html.escape(b)}</p>")
             elif isinstance(b, tuple) and b[0] == "warn":
                 out.append(f'<div class="warn"><strong>Warning:</strong> {html.escape(b[1])}</div>')
+            elif isinstance(b, tuple) and b[0] == "note":
+                out.append(f'<div class="banner">{html.escape(b[1])}</div>')
             elif isinstance(b, Table):
                 out.append(_html_table(b))
             elif isinstance(b, Image):
@@ -194,6 +201,6 @@ def render_report(run_dir: str | Path, baseline: str | None = None) -> dict[str,
     files = make_all_plots(out_dir, meta, cases, workloads, baseline=base)
     title, sections = build_sections(meta, cases, workloads, files, base)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    md_path.write_text(to_markdown(title, sections, out_dir), encoding="utf-8")
-    html_path.write_text(to_html(title, sections), encoding="utf-8")
+    atomic_write(md_path, to_markdown(title, sections, out_dir))  # never half a report beside another writer
+    atomic_write(html_path, to_html(title, sections))
     return {"md": md_path, "html": html_path, "plots": out_dir / "plots"}

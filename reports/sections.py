@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from kernels.registry import MODES
+from reports.cpu_notes import cpu_banner, ratios_shown
 from reports.document import DASH, Image, Section, Table, fmt, fmt_date, isnum
 from reports.environment import environment_table
 from reports.plots import load_plot_modules
@@ -87,12 +88,12 @@ def cell(m: Metric, row: Any) -> str:
     return fmt(row.get(m.name), m.cell_format)
 
 
-def _summary(cases: pd.DataFrame, baseline: str | None) -> Table:
+def _summary(cases: pd.DataFrame, baseline: str | None, ratios: bool = True) -> Table:
     if cases.empty:
         return Table(["shape"], [], empty="No cases recorded.")
     shapes = _shape_sort_key(cases.drop_duplicates("shape"))
     best_g, best_s = best_by_shape(cases, "gdpa"), best_by_shape(cases, "softmax")
-    others = [p for p in _providers(cases) if p != baseline]
+    others = [p for p in _providers(cases) if p != baseline] if ratios else []
     labels = _labels(cases)
     base_label = labels.get(baseline, baseline or DASH)
     columns = shown_in("summary")
@@ -129,8 +130,8 @@ def _labels(cases: pd.DataFrame) -> dict[str, str]:
     }
 
 
-def _cases_table(cases: pd.DataFrame) -> Table:
-    columns = shown_in("cases")
+def _cases_table(cases: pd.DataFrame, ratios: bool = True) -> Table:
+    columns = [m for m in shown_in("cases") if ratios or m.name != "speedup"]
     rows = [[cell(m, r) for m in columns] for _, r in (_shape_sort_key(cases).iterrows() if len(cases) else [])]
     status = next(i for i, m in enumerate(columns) if m.name == "status")
     return Table([m.header for m in columns], rows, css="cases", status_col=status, empty="No cases recorded.")
@@ -153,21 +154,39 @@ def _failures(cases: pd.DataFrame) -> Table:
     )
 
 
+def _params_text(params: Any) -> str:
+    if not isinstance(params, dict) or not params:
+        return ""
+    return " ".join(f"{k}={Path(v).name if k == 'path' and isinstance(v, str) else v}" for k, v in params.items())
+
+
+def _how_made(w: dict) -> list[str]:
+    """The length family and the Q/KV pairing rule that made a workload, with their parameters."""
+    fam = f"{w.get('family') or DASH} {_params_text(w.get('params'))}".strip()
+    pairing = f"{w.get('pairing') or DASH} {_params_text(w.get('pairing_params'))}".strip()
+    return [fam, pairing]
+
+
 def _workload_table(workloads: dict, cases: pd.DataFrame) -> Table:
     columns = shown_in("workloads", WORKLOAD_METRICS)
     stats: dict[str, dict] = {}
+    made: dict[str, list[str]] = {}
     for name, w in (workloads or {}).items():
         if isinstance(w, dict):
             st = w.get("stats") if isinstance(w.get("stats"), dict) else {}
             stats[str(name)] = {f"stats.{k}": v for k, v in st.items()}
+            made[str(name)] = _how_made(w)
     if not stats and len(cases):  # older runs: what the cases carry
         for _, r in cases.drop_duplicates("workload.name").iterrows():
             if r["workload.name"] is None:
                 continue
             stats[str(r["workload.name"])] = {m.name: r.get(f"workload.{m.key}") for m in columns}
-    rows = [[name] + [cell(m, st) for m in columns] for name, st in stats.items()]
+            made[str(r["workload.name"])] = _how_made(
+                {k: r.get(f"workload.{k}") for k in ("family", "params", "pairing", "pairing_params")}
+            )
+    rows = [[name, *made.get(name, [DASH, DASH])] + [cell(m, st) for m in columns] for name, st in stats.items()]
     return Table(
-        ["workload"] + [m.header for m in columns],
+        ["workload", "length family", "Q/KV pairing"] + [m.header for m in columns],
         rows,
         css="workloads",
         empty="No workload statistics recorded.",
@@ -209,17 +228,26 @@ def build_sections(
     if extra:
         count_s += ", " + ", ".join(f"{v} {k}" for k, v in extra.items())
     base_label = _labels(cases).get(baseline, baseline) if len(cases) else baseline
-    top = Section("Overview", [count_s + "."] + [("warn", w) for w in _warnings(meta, cases)])
+    ratios = ratios_shown(meta)
+    samples = cases["n_samples"].max() if "n_samples" in cases and len(cases) else None
+    banner = cpu_banner(meta, int(samples) if isnum(samples) else None)
+    top = Section(
+        "Overview",
+        ([("note", banner)] if banner else []) + [count_s + "."] + [("warn", w) for w in _warnings(meta, cases)],
+    )
     env = Section("Environment", [environment_table(meta, baseline)])
     summ = Section(
         "Summary per shape",
         [
-            f"Per shape: the fastest GDPA provider (its TFLOP/s, utilization of the datasheet peak and of the "
-            f"measured GEMM ceiling, energy per call, average power from the energy counter over the same loop, "
-            f"fraction of power samples at the cap), the "
-            f"fastest softmax provider, and every provider's speedup vs the baseline {base_label or DASH} "
-            f"(time ratio on the same shape).",
-            _summary(cases, baseline),
+            "Per shape: the fastest GDPA provider (its TFLOP/s, utilization of the datasheet peak and of the "
+            "measured GEMM ceiling, energy per call, average power from the energy counter over the same loop, "
+            "fraction of power samples at the cap), the fastest softmax provider"
+            + (
+                f", and every provider's speedup vs the baseline {base_label or DASH} (time ratio on the same shape)."
+                if ratios
+                else ". Speedups are not shown: a CPU run's timings compare nothing (see the note above)."
+            ),
+            _summary(cases, baseline, ratios),
         ],
     )
     plots = Section("Plots", _plot_blocks(plot_files) or ["No plots were written."])
@@ -232,5 +260,5 @@ def build_sections(
             _workload_table(workloads, cases),
         ],
     )
-    allc = Section("All cases", [_cases_table(cases)])
+    allc = Section("All cases", [_cases_table(cases, ratios)])
     return title, [top, env, summ, plots, fails, wl, allc]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kernels.registry import MODES
 from results.files import STATUSES, ResultsError
 
 
@@ -57,6 +58,7 @@ def check_results(data: Any, where: str) -> dict[str, dict]:
 
 
 def _check_case(c: dict, at: str) -> None:
+    _check_id_fields(c, at)
     st = c.get("status")
     if st not in STATUSES:
         what = "missing" if "status" not in c else short(st)
@@ -88,3 +90,21 @@ def _check_case(c: dict, at: str) -> None:
         clk = p.get("sm_clock_mhz_median")
         if clk is not None and (not is_number(clk) or clk <= 0):
             raise ResultsError(f"{at}: power.sm_clock_mhz_median: {short(clk)}; allowed: a number > 0 (MHz) or null")
+
+
+def _check_id_fields(c: dict, at: str) -> None:
+    """A case's `mode` and `provider`, when recorded, are what its id says (`set/mode/.../label`): a case
+    whose fields contradict its id would be compared against the wrong one."""
+    parts = c["id"].split("/")
+    mode = c.get("mode")
+    if mode is not None and (mode not in MODES or len(parts) < 3 or parts[1] != mode):
+        raise ResultsError(
+            f"{at}: mode: {short(mode)} contradicts the id (its second part is {short(parts[1:2])}); allowed: "
+            f"the id's mode, one of {', '.join(MODES)}"
+        )
+    label = c.get("provider")
+    if label is not None and (not isinstance(label, str) or parts[-1] != label):
+        raise ResultsError(
+            f"{at}: provider: {short(label)} contradicts the id (its last part is {short(parts[-1])}); allowed: "
+            "the id's provider label"
+        )

@@ -14,15 +14,19 @@ import errno
 import json
 import math
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from results.record import check_case_record, check_workload_entry
+from support.inputs import InputError, MiB, check_path_text, load_json, read_regular
 
 SCHEMA = "gdpa-bench/1"
 STATUSES = ("ok", "incorrect", "failed", "skipped")
+#: The largest results.json read (a 324-case H200 run with every sample is ~3.5 MiB).
+MAX_RESULTS_BYTES = 512 * MiB
 
 __all__ = [
     "SCHEMA",
@@ -74,15 +78,20 @@ def _drop(tmp: Path) -> None:
         pass  # the write failed already; a temp file that cannot be removed is not a second error
 
 
+def temp_name(path: Path) -> Path:
+    """A temporary file beside `path`, unique to this process and call: two writers never share one."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: never a half-written file.
 
     An OSError (disk full, read-only, no permission) leaves no temporary file and is raised as a
     one-line `ResultsWriteError`; the previous file, if any, is untouched."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temp_name(path)
     try:
-        with open(tmp, "w") as f:
+        with open(tmp, "x", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -115,18 +124,15 @@ def read_results(path: str | Path) -> dict:
 
     The returned dict always has `meta` (dict), `workloads` (dict) and `cases` (list of dicts, each
     with a string `id`)."""
-    p = results_path(path)
-    if not p.exists():
-        where = f"{path}: no results.json in this folder" if Path(path).is_dir() else f"{p}: no such file"
-        raise ResultsError(where)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ResultsError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ResultsError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        p = results_path(check_path_text(path, "results"))
+        if not p.exists():
+            where = f"{path}: no results.json in this folder" if Path(path).is_dir() else f"{p}: no such file"
+            raise ResultsError(where)
+        # bounded, never a FIFO; depth, integer width and key types checked (support.inputs)
+        data = load_json(read_regular(p, kind="a results.json file", max_bytes=MAX_RESULTS_BYTES, what=str(p)), str(p))
+    except InputError as e:
+        raise ResultsError(str(e)) from None
     if not isinstance(data, dict):
         raise ResultsError(f'{p}: expected a JSON object with "schema": "{SCHEMA}", got {type(data).__name__}')
     schema = data.get("schema")
@@ -195,7 +201,7 @@ def write_parquet(cases: list[dict], path: Path) -> Path:
         if dict in kinds or (len(kinds) > 1 and not kinds <= {int, float}):
             df[col] = df[col].map(lambda v: None if _missing(v) else _as_text(v))
     df = df.dropna(axis=1, how="all")
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
+    tmp = temp_name(Path(path))
     try:
         df.to_parquet(tmp, index=False)
         os.replace(tmp, path)

@@ -26,7 +26,7 @@ from support.text import one_line
 
 _PARQUET = (".parquet", ".pq")
 _TABLE_SEP = {".csv": ",", ".tsv": "\t"}
-_INT = re.compile(r"[+-]?\d+")
+_INT = re.compile(r"[+-]?[0-9]+")  # ASCII digits: int() and numpy also read "٣" (Arabic-Indic) as 3
 _SPLIT = re.compile(r"[\s,]+")
 INT64_MAX = int(np.iinfo(np.int64).max)
 _ALLOWED = f"integers in [0, {INT64_MAX}] (lengths above max_len are clipped to it)"
@@ -115,13 +115,15 @@ def _text_values(path: str) -> np.ndarray:
     if not tokens:
         raise LengthsFileError(path, "no integers found (file holds only blanks/comments); allowed: " + _ALLOWED_TEXT)
     try:
+        if not all(t.isascii() for t in tokens):
+            raise ValueError("a non-ASCII token")  # numpy would read other scripts' digits as numbers
         values = np.array(tokens).astype(np.int64)
     except (ValueError, OverflowError):
         for k, t in enumerate(tokens):
             at = f"line {_line_of_token(lines, k)}"
             if not _INT.fullmatch(t):
                 raise LengthsFileError(path, f"{at}: non-integer value {_show(t)}; allowed: {_ALLOWED_TEXT}") from None
-            if abs(int(t)) > INT64_MAX:
+            if len(t.lstrip("+-")) > 19 or abs(int(t)) > INT64_MAX:  # int() of 4300+ digits raises
                 raise LengthsFileError(
                     path, f"{at}: value {_show(t)} is out of range ({len(t.lstrip('+-'))} digits); allowed: {_ALLOWED}"
                 ) from None
@@ -244,7 +246,8 @@ def _as_lengths(values: np.ndarray, path: str, column: str | None) -> np.ndarray
                 missing = x is None or (isinstance(x, float) and np.isnan(x))
                 raise fail(i, f"non-integer value {_show(x)}" + (" (a missing value)" if missing else ""))
             if abs(n) > INT64_MAX:
-                raise fail(i, f"value {_show(x)} is out of range ({len(str(abs(n)))} digits)")
+                digits = len(x.strip().lstrip("+-")) if isinstance(x, str) else len(str(abs(n)))
+                raise fail(i, f"value {_show(x)} is out of range ({digits} digits)")
             out[i] = n
     neg = np.flatnonzero(out < 0)
     if neg.size:
@@ -261,5 +264,6 @@ def _int_value(x) -> int | None:
     if isinstance(x, (float, np.floating)):
         return int(x) if np.isfinite(x) and float(x).is_integer() else None
     if isinstance(x, str) and _INT.fullmatch(x.strip()):
-        return int(x.strip())
+        # beyond 19 digits it is out of range whatever it is (and int() refuses 4300+ digits)
+        return int(x.strip()) if len(x.strip().lstrip("+-")) <= 19 else INT64_MAX + 1
     return None

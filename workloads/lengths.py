@@ -240,8 +240,21 @@ def lognormal(
     return np.clip(raw, lo, max_len).astype(np.int64)
 
 
+# zipf is sampled exactly over its whole support: three float64 arrays of max_len - min_len + 1 values
+MAX_ZIPF_SUPPORT = 2**26
+
+
+def _check_zipf(p: dict, max_len: int | None) -> None:
+    if max_len is not None and is_int(p["min_len"]) and max_len - int(p["min_len"]) + 1 > MAX_ZIPF_SUPPORT:
+        raise ValueError(
+            f"length family 'zipf': max_len={max_len} is a support of {max_len - int(p['min_len']) + 1:,} lengths, "
+            f"sampled exactly in memory; allowed: at most {MAX_ZIPF_SUPPORT:,} (max_len - min_len + 1)"
+        )
+
+
 @register_family(
     "zipf",
+    check=_check_zipf,
     gamma=Param(REQUIRED, real(0, lo_open=True, note="; typical 1.7, 2.0, 2.5")),
     min_len=Param(1, integer(1, hi_is_max_len=True)),
 )

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from support.suggest import did_you_mean
+
 
 class _Required:
     """Sentinel default of a parameter that has to be given."""
@@ -61,6 +63,7 @@ def real(
         if not ok:
             raise _bad(where, name, v, allowed)
 
+    check.allowed = allowed
     return check
 
 
@@ -79,6 +82,7 @@ def integer(lo: int = 1, hi_is_max_len: bool = False) -> Check:
                 raise _bad(where, name, v, f"an integer >= {lo} and <= {MAX_LENGTH}")
             raise _bad(where, name, v, f"an integer in [{lo}, max_len" + (f"={hi}]" if hi else "]"))
 
+    check.allowed = f"an integer in [{lo}, max_len]" if hi_is_max_len else f"an integer >= {lo}"
     return check
 
 
@@ -87,6 +91,7 @@ def optional(inner: Check) -> Check:
         if v is not None:
             inner(where, name, v, max_len)
 
+    check.allowed = lambda: f"{allowed_text(inner)}, or null"
     return check
 
 
@@ -94,8 +99,9 @@ def one_of(options: tuple[str, ...] | Callable[[], tuple[str, ...]]) -> Check:
     def check(where, name, v, max_len):
         opts = options() if callable(options) else options
         if v not in opts:
-            raise _bad(where, name, v, ", ".join(opts))
+            raise _bad(where, name, v, ", ".join(opts) + did_you_mean(v, opts))
 
+    check.allowed = lambda: "one of " + ", ".join(options() if callable(options) else options)
     return check
 
 
@@ -107,6 +113,16 @@ def text(where, name, v, max_len):
 def path_like(where, name, v, max_len):
     if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):
         raise _bad(where, name, v, "a file path")
+
+
+text.allowed = "a non-empty string"
+path_like.allowed = "a file path (relative: from the config's folder)"
+
+
+def allowed_text(check: Check | None) -> str:
+    """What a parameter check allows, in words (the config reference prints it: bench.config_reference)."""
+    a = getattr(check, "allowed", "") if check is not None else "anything"
+    return a() if callable(a) else a
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,7 @@ def entry_of(table: dict[str, Any], kind: str, name: Any) -> Any:
     """`table[name]`, or a one-line ValueError naming what is allowed."""
     found = table.get(name) if isinstance(name, str) else None
     if found is None:
-        raise ValueError(f"unknown {kind} {name!r}; allowed: {', '.join(table)}")
+        raise ValueError(f"unknown {kind} {name!r}; allowed: {', '.join(table)}{did_you_mean(name, table)}")
     return found
 
 
@@ -149,7 +165,9 @@ def check_params(
     if not open_params:
         for k in params:
             if k not in spec:
-                raise ValueError(f"{where}: unknown param {k!r}; allowed: {', '.join(spec) or '(none)'}")
+                raise ValueError(
+                    f"{where}: unknown param {k!r}; allowed: {', '.join(spec) or '(none)'}{did_you_mean(k, spec)}"
+                )
     for k, p in spec.items():
         if k not in params:
             if p.default is REQUIRED:

@@ -13,6 +13,11 @@ from workloads import work_pairs
 # interpreter / eager PyTorch on a CPU.
 NOMINAL_FLOPS_PER_S = {"cuda": 100e12, "cpu": 1e9}
 SETUP_S = 0.25  # per case: provider lookup, support check, allocation, bookkeeping
+# Providers whose kernels run through the Triton interpreter on a CPU, where the FLOP rate says nothing:
+# a call costs ~0.15 s of launch overhead plus FLOPs at ~3 MFLOP/s: fitted to configs/smoke.yaml's 43 s on an
+# idle 2-core VM (issue 25; `list` said 11 s before); the same run took 165 s on that VM under load.
+INTERPRETED_ON_CPU = ("gdpa", "gdpa_triton")
+INTERPRETER_CALL_S, INTERPRETER_FLOPS_PER_S = 0.15, 3e6
 
 _pairs_cache: dict[tuple, float] = {}
 
@@ -44,7 +49,10 @@ def case_cost(case: Case, model=None) -> float:
     its calls: FLOPs at a nominal rate × (correctness + first call + warmup + min_reps).
     """
     device = getattr(model, "device", "cuda") if model is not None else "cuda"
-    call_s = case_flops_estimate(case) / NOMINAL_FLOPS_PER_S.get(device, NOMINAL_FLOPS_PER_S["cuda"])
+    flops = case_flops_estimate(case)
+    call_s = flops / NOMINAL_FLOPS_PER_S.get(device, NOMINAL_FLOPS_PER_S["cuda"])
+    if device == "cpu" and case.provider.name in INTERPRETED_ON_CPU:
+        call_s = INTERPRETER_CALL_S + flops / INTERPRETER_FLOPS_PER_S
     if model is None:
         return SETUP_S + 0.125 + 8 * call_s
     t = model.timing

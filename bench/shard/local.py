@@ -26,6 +26,7 @@ from bench.config import LoadedConfig, default_run_dir
 from bench.errors import EXIT_FAILED, UsageError
 from bench.reporting import render as render_report
 from bench.rundir import check_new_run_dir, check_resume, resume_command
+from bench.runlock import run_folder_lock
 from bench.shard.merge import merge_planned, rc_text
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
 from bench.signals import interrupts
@@ -117,8 +118,7 @@ def launch(
                     str(cfg.path),
                     "--out",
                     str(sd),
-                    "--device",
-                    str(label),
+                    *(["--device", str(label)] if device_type == "cuda" else []),  # CPU workers are labels only
                     "--case-list",
                     str(shard_root / f"gpu{label}.txt"),
                     "--no-progress",
@@ -242,8 +242,7 @@ def conclude(
         )
         for i in missing:
             print(f"  missing: {i}", flush=True)
-    if render:
-        render_report(run_dir)
+    drawn = render_report(run_dir) if render else True
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no case recorded"
     print(
         f"done: {summary} on {meta.get('gpu_count')} worker(s)"
@@ -255,7 +254,7 @@ def conclude(
         if argv is not None:
             print(f"to continue: {resume_command(argv, run_dir)}", flush=True)
         return stopped
-    return EXIT_FAILED if bad or missing else 0
+    return EXIT_FAILED if bad or missing or not drawn else 0
 
 
 def log_hint(run_dir: Path, lab, unit: str) -> str:
@@ -301,19 +300,29 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], args) -> int:
         run_dir = Path(args.resume)
         if not run_dir.is_dir():
             raise UsageError(f"--resume {run_dir}: no such folder")
-        if not (run_dir / "results.json").is_file() and read_plan(run_dir) is not None:
-            merge_planned(run_dir)  # the parent died before merging: merge what the shards recorded
-        check_resume(cfg, run_dir, getattr(args, "force", False))
-        done = {c["id"] for c in read_results(run_dir).get("cases", [])}
-        todo = [c for c in cases if c.id not in done]
-        print(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded", flush=True)
-        if not todo:
-            if read_plan(run_dir) is not None:
-                data = merge_planned(run_dir)
-                return conclude(run_dir.resolve(), data, {}, None, True)
-            print(f"done: nothing to do. results: {run_dir / 'results.json'}", flush=True)
-            return 0
-        return run_local(cfg, todo, run_dir, labels, resume=True, argv=argv)
-    run_dir = Path(args.out) if args.out else default_run_dir(cfg)
-    check_new_run_dir(run_dir, "--out" if args.out else f"{cfg.path}: output_dir:")
-    return run_local(cfg, cases, run_dir, labels, argv=argv)
+        if read_plan(run_dir) is None:
+            check_resume(cfg, run_dir, getattr(args, "force", False))  # one line before the lock makes anything
+        with run_folder_lock(run_dir, "--resume"):  # one writer per run folder (bench.runlock)
+            return _resume_sharded(cfg, cases, args, run_dir, labels, argv)
+    run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
+    option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
+    check_new_run_dir(run_dir, option)
+    with run_folder_lock(run_dir, option):
+        check_new_run_dir(run_dir, option)  # a run that ended there while we checked
+        return run_local(cfg, cases, run_dir, labels, argv=argv)
+
+
+def _resume_sharded(cfg: LoadedConfig, cases: list[Case], args, run_dir: Path, labels: list[int], argv) -> int:
+    if not (run_dir / "results.json").is_file() and read_plan(run_dir) is not None:
+        merge_planned(run_dir)  # the parent died before merging: merge what the shards recorded
+    check_resume(cfg, run_dir, getattr(args, "force", False))
+    done = {c["id"] for c in read_results(run_dir).get("cases", [])}
+    todo = [c for c in cases if c.id not in done]
+    print(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded", flush=True)
+    if not todo:
+        if read_plan(run_dir) is not None:
+            data = merge_planned(run_dir)
+            return conclude(run_dir.resolve(), data, {}, None, True)
+        print(f"done: nothing to do. results: {run_dir / 'results.json'}", flush=True)
+        return 0
+    return run_local(cfg, todo, run_dir, labels, resume=True, argv=argv)

@@ -46,7 +46,7 @@ class Shard:
 
 def read_ids(path: Path) -> list[str] | None:
     try:
-        return path.read_text().split()
+        return [line for line in path.read_text().splitlines() if line.strip()]  # one case id a line
     except OSError:
         return None
 

@@ -24,6 +24,7 @@ from bench.rundir import PLAN_FILE
 from bench.shard.cost import case_cost
 from kernels.registry import get_provider
 from results.files import atomic_write
+from support.inputs import InputError, MiB, integer, load_json, read_regular, show
 
 PLAN_SCHEMA = "gdpa-bench-multigpu/1"
 
@@ -52,7 +53,7 @@ def parse_gpus(spec: str, device_type: str, visible: int | None = None) -> list[
         return list(range(n))
     parts = [p.strip() for p in text.split(",")]
     try:
-        labels = [int(p) for p in parts]
+        labels = [integer(p) for p in parts]  # ASCII digits: int() would read "٠,١" as 0,1
     except ValueError:
         raise UsageError(f"--gpus {text!r}: expected 'all' or comma-separated device indices like 0,1") from None
     for i in labels:
@@ -141,11 +142,44 @@ def plan_path(run_dir: Path) -> Path:
     return Path(run_dir) / PLAN_FILE
 
 
-def read_plan(run_dir: Path) -> dict | None:
+def read_plan(run_dir: Path, required: bool = False) -> dict | None:
+    """The plan of a sharded run, checked (one-line UsageError for a malformed one); None when the folder
+    has none (a UsageError when `required`)."""
     p = plan_path(run_dir)
-    if not p.is_file():
+    if not p.exists():
+        if required:
+            raise UsageError(f"{run_dir}: no {PLAN_FILE} here (not a run made with --gpus or submit)")
         return None
-    return json.loads(p.read_text())
+    try:
+        plan = load_json(read_regular(p, kind="a multi-GPU plan (JSON)", max_bytes=64 * MiB, what=str(p)), str(p))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    _check_plan(plan, p)
+    return plan
+
+
+def _check_plan(plan, p: Path) -> None:
+    if not isinstance(plan, dict):
+        raise UsageError(f"{p}: a {type(plan).__name__}; allowed: the plan object `run --gpus` writes")
+    ids = plan.get("cases")
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+        raise UsageError(f"{p}: cases: {show(ids)}; allowed: a list of case ids")
+    sources = plan.get("sources", [])
+    if not isinstance(sources, list):
+        raise UsageError(f"{p}: sources: {show(sources)}; allowed: a list of shard entries")
+    for i, src in enumerate(sources):
+        at = f"{p}: sources[{i}]"
+        if not isinstance(src, dict) or not isinstance(src.get("dir"), str) or not src["dir"]:
+            raise UsageError(f"{at}: {show(src)}; allowed: an object with a shard folder `dir`")
+        if Path(src["dir"]).is_absolute() or ".." in Path(src["dir"]).parts:
+            raise UsageError(f"{at}.dir: {show(src['dir'])}; allowed: a folder inside the run folder")
+        ids = src.get("cases")
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(x, str) for x in ids)):
+            raise UsageError(f"{at}.cases: {show(ids)}; allowed: a list of case ids")
+        for key in ("gpu_index", "gpu_offset", "node", "returncode"):
+            v = src.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise UsageError(f"{at}.{key}: {show(v)}; allowed: an integer or null")
 
 
 def write_plan(run_dir: Path, plan: dict) -> None:

@@ -17,6 +17,7 @@ import torch
 from bench.config import LoadedConfig, default_run_dir, load_config
 from bench.errors import UsageError
 from bench.rundir import check_new_run_dir
+from bench.runlock import run_folder_lock
 from bench.selection import select_cases
 from bench.shard.local import REPO_ROOT, conclude, run_local
 from bench.shard.merge import merge_planned
@@ -106,98 +107,102 @@ def submit(cfg: LoadedConfig, args) -> int:
         raise UsageError(
             "bench submit: Slurm's sbatch is not on PATH here; --local runs the nodes on this machine (testing)"
         )
-    run_dir = Path(args.out) if args.out else default_run_dir(cfg)
-    check_new_run_dir(run_dir, "--out" if args.out else f"{cfg.path}: output_dir:")
+    run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
+    option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
+    check_new_run_dir(run_dir, option)
     run_dir = run_dir.resolve()
-    folder = run_dir / "submitit"
-    if args.local:
-        executor = submitit.LocalExecutor(folder=folder)
-    else:
-        executor = slurm_executor(folder, f"gdpa-bench-{cfg.name}", G, args.timeout_min, args.partition)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = str(cfg.path.resolve())
-    node_cases = shard_cases(cases, N, cfg.model)
-    plan = {
-        "schema": PLAN_SCHEMA,
-        "kind": "local-submit" if args.local else "slurm",
-        "config": str(cfg.path),
-        "gpus_per_node": G,
-        "cases": [c.id for c in cases],
-        "sources": [],
-    }
-    for k, nc in enumerate(node_cases):
-        plan["sources"].append(
-            {
-                "kind": "node",
-                "dir": f"nodes/node{k}",
-                "node": k,
-                "gpu_offset": k * G,
-                "cases": [c.id for c in nc],
-                "job_id": None,
-            }
-        )
-    write_plan(run_dir, plan)
-    # the job processes unpickle bench.shard.slurm.node_job: they must import this checkout
-    pp = os.environ.get("PYTHONPATH", "")
-    if str(REPO_ROOT) not in pp.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([pp] if pp else []))
-    gpus = "all" if cuda else ",".join(str(i) for i in range(G))
-    jobs = {}
-    for k, nc in enumerate(node_cases):
-        if not nc:
-            print(f"node{k}: no case (only {len(cases)} cases for {N} nodes); not submitted", flush=True)
-            continue
+    with run_folder_lock(run_dir, option):  # one writer per run folder, while the jobs run (bench.runlock)
+        folder = run_dir / "submitit"
         if args.local:
-            executor.update_parameters(
-                timeout_min=args.timeout_min,
-                nodes=1,
-                tasks_per_node=1,
-                gpus_per_node=G if cuda else 0,
-                visible_gpus=tuple(range(k * G, (k + 1) * G)) if cuda else (),
+            executor = submitit.LocalExecutor(folder=folder)
+        else:
+            executor = slurm_executor(folder, f"gdpa-bench-{cfg.name}", G, args.timeout_min, args.partition)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_path = str(cfg.path.resolve())
+        node_cases = shard_cases(cases, N, cfg.model)
+        plan = {
+            "schema": PLAN_SCHEMA,
+            "kind": "local-submit" if args.local else "slurm",
+            "config": str(cfg.path),
+            "gpus_per_node": G,
+            "cases": [c.id for c in cases],
+            "sources": [],
+        }
+        for k, nc in enumerate(node_cases):
+            plan["sources"].append(
+                {
+                    "kind": "node",
+                    "dir": f"nodes/node{k}",
+                    "node": k,
+                    "gpu_offset": k * G,
+                    "cases": [c.id for c in nc],
+                    "job_id": None,
+                }
             )
+        write_plan(run_dir, plan)
+        # the job processes unpickle bench.shard.slurm.node_job: they must import this checkout
+        pp = os.environ.get("PYTHONPATH", "")
+        if str(REPO_ROOT) not in pp.split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([pp] if pp else []))
+        gpus = "all" if cuda else ",".join(str(i) for i in range(G))
+        jobs = {}
+        for k, nc in enumerate(node_cases):
+            if not nc:
+                print(f"node{k}: no case (only {len(cases)} cases for {N} nodes); not submitted", flush=True)
+                continue
+            if args.local:
+                executor.update_parameters(
+                    timeout_min=args.timeout_min,
+                    nodes=1,
+                    tasks_per_node=1,
+                    gpus_per_node=G if cuda else 0,
+                    visible_gpus=tuple(range(k * G, (k + 1) * G)) if cuda else (),
+                )
+            try:
+                job = executor.submit(
+                    node_job, config_path, str(run_dir / f"nodes/node{k}"), [c.id for c in nc], gpus, k
+                )
+            except Exception as exc:  # sbatch refused (bad partition, account, limits): nothing half-submitted
+                for j in jobs.values():
+                    try:
+                        j.cancel(check=False)
+                    except Exception:
+                        pass
+                raise UsageError(
+                    f"bench submit: submitting node{k} failed: {one_line(exc)}"
+                    + (f" (cancelled the {len(jobs)} job(s) already submitted)" if jobs else "")
+                ) from None
+            jobs[k] = job
+            plan["sources"][k]["job_id"] = str(job.job_id)
+            print(f"node{k}: job {job.job_id}, {len(nc)} cases, log {job.paths.stdout}", flush=True)
+        write_plan(run_dir, plan)
+        print(
+            f"waiting for {len(jobs)} job(s); if this process dies, merge later with `python -m bench merge {run_dir}`",
+            flush=True,
+        )
+        rcs: dict[int, int] = {}
+        stopped = None
         try:
-            job = executor.submit(node_job, config_path, str(run_dir / f"nodes/node{k}"), [c.id for c in nc], gpus, k)
-        except Exception as exc:  # sbatch refused (bad partition, account, limits): nothing half-submitted
-            for j in jobs.values():
+            with interrupts() as sig:
+                for k, job in jobs.items():
+                    try:
+                        res = job.result()
+                        rcs[k] = int(res.get("returncode", 1))
+                        print(
+                            f"node{k}: {res.get('recorded')} cases recorded on {res.get('host')}, "
+                            f"{len(res.get('missing') or [])} missing, exit {rcs[k]}",
+                            flush=True,
+                        )
+                    except Exception as exc:  # the job failed, timed out or was cancelled: keep what it wrote
+                        rcs[k] = 1
+                        print(f"node{k}: job {job.job_id} failed: {one_line(exc)}", flush=True)
+        except KeyboardInterrupt:
+            stopped = sig.exit_code
+            print("interrupted: cancelling the jobs; their finished cases are kept", flush=True)
+            for job in jobs.values():
                 try:
-                    j.cancel(check=False)
+                    job.cancel(check=False)
                 except Exception:
                     pass
-            raise UsageError(
-                f"bench submit: submitting node{k} failed: {one_line(exc)}"
-                + (f" (cancelled the {len(jobs)} job(s) already submitted)" if jobs else "")
-            ) from None
-        jobs[k] = job
-        plan["sources"][k]["job_id"] = str(job.job_id)
-        print(f"node{k}: job {job.job_id}, {len(nc)} cases, log {job.paths.stdout}", flush=True)
-    write_plan(run_dir, plan)
-    print(
-        f"waiting for {len(jobs)} job(s); if this process dies, merge later with `python -m bench merge {run_dir}`",
-        flush=True,
-    )
-    rcs: dict[int, int] = {}
-    stopped = None
-    try:
-        with interrupts() as sig:
-            for k, job in jobs.items():
-                try:
-                    res = job.result()
-                    rcs[k] = int(res.get("returncode", 1))
-                    print(
-                        f"node{k}: {res.get('recorded')} cases recorded on {res.get('host')}, "
-                        f"{len(res.get('missing') or [])} missing, exit {rcs[k]}",
-                        flush=True,
-                    )
-                except Exception as exc:  # the job failed, timed out or was cancelled: keep what it wrote
-                    rcs[k] = 1
-                    print(f"node{k}: job {job.job_id} failed: {one_line(exc)}", flush=True)
-    except KeyboardInterrupt:
-        stopped = sig.exit_code
-        print("interrupted: cancelling the jobs; their finished cases are kept", flush=True)
-        for job in jobs.values():
-            try:
-                job.cancel(check=False)
-            except Exception:
-                pass
-    data = merge_planned(run_dir, interrupted=stopped is not None)
-    return conclude(run_dir, data, rcs, stopped, render=True, unit="node")
+        data = merge_planned(run_dir, interrupted=stopped is not None)
+        return conclude(run_dir, data, rcs, stopped, render=True, unit="node")

@@ -119,5 +119,7 @@ def roofline(data: PlotData, out: Path) -> Drawing:
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
     )
-    ax.set_title(f"roofline ({dtype or 'dtype unknown'}; hollow markers: softmax providers)", fontsize=11)
+    others = sorted(set(pts["dtype"].dropna().astype(str)) - {dtype})
+    extra = f"; points also {', '.join(others)}, drawn against this roof" if others else ""
+    ax.set_title(f"roofline (roof: {dtype or 'dtype unknown'}{extra}; hollow markers: softmax providers)", fontsize=11)
     return Drawing(fig, {"": pd.concat([pd.DataFrame(rows), *points], ignore_index=True)})

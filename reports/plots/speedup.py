@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from reports.cpu_notes import ratios_shown
 from reports.plots.common import each_provider, ok_cases, panel_figure, panel_title, provider_colors
 from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import speedup_vs_baseline
@@ -20,6 +21,10 @@ def speedup(data: PlotData, out: Path) -> Drawing:
     """Speedup of every provider vs the baseline provider, per shape: grouped bars per panel."""
     cases = data.cases
     base = data.baseline or cases.attrs.get("baseline") or baseline_provider(data.meta)
+    if not ratios_shown(data.meta):
+        raise NothingToPlot(
+            "CPU run: speedups are not drawn (interpreter and eager timings compare nothing)", "speedup"
+        )
     if not base:
         raise NothingToPlot("no baseline provider (meta.baseline_provider unset)", "speedup vs baseline")
     ok = ok_cases(cases)
