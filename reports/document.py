@@ -29,6 +29,10 @@ def fmt(v: Any, kind: str = "") -> str:
     """One cell: numbers by `kind`, None/NaN/missing as "—"."""
     if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
         return DASH
+    if kind == "params":  # a rule's parameters as `fill=0.5 kv_len=256`; a file by its name
+        if not isinstance(v, dict) or not v:
+            return DASH
+        return " ".join(f"{k}={Path(x).name if k == 'path' and isinstance(x, str) else x}" for k, x in v.items())
     if kind == "str" or not isnum(v):
         if isinstance(v, (list, tuple)):
             return ", ".join(str(x) for x in v) if v else DASH

@@ -154,39 +154,22 @@ def _failures(cases: pd.DataFrame) -> Table:
     )
 
 
-def _params_text(params: Any) -> str:
-    if not isinstance(params, dict) or not params:
-        return ""
-    return " ".join(f"{k}={Path(v).name if k == 'path' and isinstance(v, str) else v}" for k, v in params.items())
-
-
-def _how_made(w: dict) -> list[str]:
-    """The length family and the Q/KV pairing rule that made a workload, with their parameters."""
-    fam = f"{w.get('family') or DASH} {_params_text(w.get('params'))}".strip()
-    pairing = f"{w.get('pairing') or DASH} {_params_text(w.get('pairing_params'))}".strip()
-    return [fam, pairing]
-
-
 def _workload_table(workloads: dict, cases: pd.DataFrame) -> Table:
     columns = shown_in("workloads", WORKLOAD_METRICS)
     stats: dict[str, dict] = {}
-    made: dict[str, list[str]] = {}
     for name, w in (workloads or {}).items():
         if isinstance(w, dict):
             st = w.get("stats") if isinstance(w.get("stats"), dict) else {}
-            stats[str(name)] = {f"stats.{k}": v for k, v in st.items()}
-            made[str(name)] = _how_made(w)
+            made = {k: w.get(k) for k in ("family", "params", "pairing", "pairing_params")}
+            stats[str(name)] = {**made, **{f"stats.{k}": v for k, v in st.items()}}
     if not stats and len(cases):  # older runs: what the cases carry
         for _, r in cases.drop_duplicates("workload.name").iterrows():
             if r["workload.name"] is None:
                 continue
             stats[str(r["workload.name"])] = {m.name: r.get(f"workload.{m.key}") for m in columns}
-            made[str(r["workload.name"])] = _how_made(
-                {k: r.get(f"workload.{k}") for k in ("family", "params", "pairing", "pairing_params")}
-            )
-    rows = [[name, *made.get(name, [DASH, DASH])] + [cell(m, st) for m in columns] for name, st in stats.items()]
+    rows = [[name] + [cell(m, st) for m in columns] for name, st in stats.items()]
     return Table(
-        ["workload", "length family", "Q/KV pairing"] + [m.header for m in columns],
+        ["workload"] + [m.header for m in columns],
         rows,
         css="workloads",
         empty="No workload statistics recorded.",

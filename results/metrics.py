@@ -191,7 +191,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("workload.lengths_sha256", "", "lengths", "", "a hash of the Q and KV lengths", kind="text"),
     Metric("status", "", "runner", "",
       "`ok` timed · `incorrect` failed the gate, not timed · `failed` raised (e.g. out of memory) · "
-        "`skipped` cannot run here or unsupported",
+        "`skipped` cannot run here, unsupported, or needs more memory than is free (`needs N GiB, M GiB free`)",
       kind="text", shown=("cases",), header="status"),
     Metric("ok", "", "frame", "status == 'ok'", "the case was timed", kind="flag"),
     Metric("flops", "FLOP", "runner", "4·H·D·Σ unmasked pairs; bwd ×2.5, fwd_bwd ×3.5",
@@ -322,6 +322,13 @@ METRICS: tuple[Metric, ...] = (
 WORKLOAD_METRICS: tuple[Metric, ...] = (
     Metric("q_lengths", "tokens", "lengths", "", "every sequence's query length", kind="list"),
     Metric("kv_lengths", "tokens", "lengths", "", "every sequence's key length", kind="list"),
+    Metric("family", "", "config", "", "the length family", kind="text", shown=("workloads",), header="length family"),
+    Metric("params", "", "config", "", "its parameters", kind="object", shown=("workloads",), header="its parameters",
+      fmt="params"),
+    Metric("pairing", "", "config", "", "the Q/KV pairing rule", kind="text", shown=("workloads",),
+      header="Q/KV pairing"),
+    Metric("pairing_params", "", "config", "", "its parameters", kind="object", shown=("workloads",),
+      header="its parameters", fmt="params"),
     Metric("stats", "", "lengths", "", "the statistics of the lengths (workloads.stats)", kind="block"),
     Metric("stats.B", "count", "lengths", "", "sequences", shown=("workloads",), header="B"),
     Metric("stats.total_q", "tokens", "lengths", "ΣLq", "query rows", shown=("workloads",), header="total Q"),
@@ -350,10 +357,6 @@ WORKLOAD_METRICS: tuple[Metric, ...] = (
       shown=("workloads",), header="top-1% work share"),
     Metric("stats.total_work_pairs", "count", "lengths", "Σ unmasked (q, k) pairs", "the work FLOPs are counted on"),
     Metric("stats.lengths_sha256", "", "lengths", "", "a hash of the Q and KV lengths", kind="text"),
-    Metric("family", "", "config", "", "the length family", kind="text"),
-    Metric("params", "", "config", "", "its parameters", kind="object"),
-    Metric("pairing", "", "config", "", "the Q/KV pairing rule", kind="text"),
-    Metric("pairing_params", "", "config", "", "its parameters", kind="object"),
 )
 # fmt: on
 

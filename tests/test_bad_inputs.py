@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 import traceback
@@ -21,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -403,6 +406,383 @@ BAD: list[Bad] = [
     ),
     run_cfg("force_without_resume", BASE, "--force", needle="--force"),
 ]
+
+
+# ------------------------------------------------------------------------------- hostile input (issue 25)
+
+
+def fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def sparse(nbytes: int) -> Callable[[Path], None]:
+    """A file of `nbytes` that takes no disk (a size guard must refuse it before reading)."""
+
+    def make(path: Path) -> None:
+        with open(path, "wb") as f:
+            f.truncate(nbytes)
+
+    return make
+
+
+def deep_json(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """`a0: &a0 [x, x, ...]`, `a1: &a1 [*a0, *a0, ...]`, ...: width**levels values once expanded."""
+    lines = ["a0: &a0 [" + ", ".join(["lol"] * width) + "]"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def bomb_as(field: str) -> str:
+    """BASE as YAML with `field:` set to the alias bomb's last level."""
+    body = yaml.safe_dump({k: v for k, v in BASE.items() if k != field}, sort_keys=False)
+    return "x-bomb:\n" + "".join("  " + line + "\n" for line in alias_bomb().splitlines()) + f"{field}: *a8\n" + body
+
+
+def results_text(doc: dict, **swap: str) -> str:
+    """`doc` as JSON with placeholders replaced by raw text (numbers JSON cannot carry from Python)."""
+    text = json.dumps(doc)
+    for k, v in swap.items():
+        text = text.replace(f'"{k}"', v)
+    return text
+
+
+HUGE_INT = "9" * 5001
+RESULTS_HUGE_INT = results_text(case_with(times_ms=["@big"]), **{"@big": HUGE_INT})
+RESULTS_WIDE_INT = results_text(case_with(times_ms=["@big"]), **{"@big": "1" + "0" * 30})
+RESULTS_DEEP = deep_json(100_000)
+RESULTS_70_DEEP = json.dumps(results(extra=json.loads(deep_json(70))))
+LONG = "n" * 300
+
+
+def report_bad(name: str, content, needle: str) -> Bad:
+    """`report run` with `content` as run/results.json (a dict is written as JSON)."""
+    text = json.dumps(content) if isinstance(content, dict) else content
+    return Bad(f"report_{name}", ("report", "run"), needle, {"run": DIR, "run/results.json": text})
+
+
+def resume_bad(name: str, content, needle: str) -> Bad:
+    return run_cfg(
+        f"resume_{name}", BASE, "--resume", "prev", needle=needle, files={"prev": DIR, "prev/results.json": content}
+    )
+
+
+def merge_bad(name: str, plan, needle: str) -> Bad:
+    text = plan if isinstance(plan, str) or callable(plan) else json.dumps(plan)
+    return Bad(f"merge_{name}", ("merge", "run"), needle, {"run": DIR, "run/multigpu.json": text})
+
+
+def workloads_out(name: str, out: str, needle: str, files: dict | None = None) -> Bad:
+    return Bad(
+        f"workloads_out_{name}", ("workloads", "cfg.yaml", "--out", out), needle, {"cfg.yaml": BASE, **(files or {})}
+    )
+
+
+def set2(**fields) -> dict:
+    """BASE with a second, valid-looking set whose fields are changed: it must not be dropped silently."""
+    c = copy.deepcopy(BASE)
+    c["sets"].append(dict(BASE["sets"][0], name="t", **fields))
+    return c
+
+
+HOSTILE: dict[str, list[Bad]] = {
+    "paths (length, NUL, empty, characters)": [
+        run_cfg("out_name_over_name_max", BASE, "--out", LONG, needle="255"),
+        run_cfg("out_path_over_path_max", BASE, "--out", "d/" * 2100, needle="4095"),
+        run_cfg("out_with_nul", BASE, "--out", "a\0b", needle="NUL"),
+        run_cfg("out_empty", BASE, "--out", "", needle="--out"),
+        run_cfg("resume_empty", BASE, "--resume", "", needle="--resume"),
+        run_cfg("resume_name_over_name_max", BASE, "--resume", LONG, needle="255"),
+        run_cfg("output_dir_with_nul", cfg(output_dir="runs\0x"), needle="output_dir"),
+        run_cfg("output_dir_name_300_chars", cfg(output_dir=LONG), needle="output_dir"),
+        run_cfg("output_dir_empty", cfg(output_dir=""), needle="output_dir"),
+        run_cfg("set_name_300_chars", cfg_set(name=LONG), needle="name"),
+        run_cfg("set_name_with_nul", cfg_set(name="s\0"), needle="name"),
+        run_cfg("set_name_with_space", cfg_set(name="my set"), needle="name"),
+        run_cfg("set_name_with_slash", cfg_set(name="a/b"), needle="name"),
+        run_cfg("set_name_dot_dot", cfg_set(name=".."), needle="name"),
+        run_cfg("config_name_300_chars", cfg(name=LONG), needle="name"),
+        run_cfg("provider_label_300_chars", cfg(providers=[{"name": "naive_eager", "label": LONG}]), needle="label"),
+        Bad("config_path_with_nul", ("run", "cfg\0.yaml"), "NUL"),
+        Bad("config_path_over_name_max", ("run", LONG + ".yaml"), "255"),
+        Bad("report_dir_over_name_max", ("report", LONG), "255"),
+        Bad("report_dir_with_nul", ("report", "r\0un"), "NUL"),
+        Bad("compare_path_over_name_max", ("compare", LONG, "good.json"), "255", {"good.json": GOOD_RUN}),
+        Bad("merge_dir_with_nul", ("merge", "r\0"), "NUL"),
+        Bad("merge_no_such_folder", ("merge", "nope"), "nope"),
+        Bad("merge_folder_without_plan", ("merge", "run"), "multigpu.json", {"run": DIR}),
+        workloads_out("is_a_file", "taken.txt", "taken.txt", {"taken.txt": "x"}),
+        workloads_out("under_a_file", "taken.txt/w", "taken.txt", {"taken.txt": "x"}),
+        workloads_out("empty", "", "--out"),
+        workloads_out("over_name_max", LONG, "255"),
+        workloads_out("under_proc", "/proc/gdpa-bench-w", "/proc/gdpa-bench-w"),
+        run_cfg("out_under_proc", BASE, "--out", "/proc/gdpa-bench-x", needle="/proc/gdpa-bench-x"),
+        run_cfg("empirical_path_with_nul", empirical("a\0b.txt"), needle="path"),
+        run_cfg("case_list_is_a_folder", BASE, "--case-list", "ids", needle="--case-list", files={"ids": DIR}),
+    ],
+    "FIFOs, folders and special files": [
+        Bad("config_is_a_fifo", ("run", "cfg.yaml"), "cfg.yaml", {"cfg.yaml": fifo}),
+        Bad("config_is_dev_null", ("run", "/dev/null"), "/dev/null"),
+        Bad("config_folder_says_folder", ("run", "adir"), "folder", {"adir": DIR}),
+        Bad("list_config_is_a_fifo", ("list", "cfg.yaml"), "cfg.yaml", {"cfg.yaml": fifo}),
+        Bad("config_symlink_loop", ("run", "loop.yaml"), "loop.yaml", {"loop.yaml": lambda p: os.symlink(p.name, p)}),
+        report_bad("results_is_a_fifo", fifo, "results.json"),
+        report_bad("results_is_a_folder", DIR, "results.json"),
+        Bad(
+            "compare_current_is_a_fifo",
+            ("compare", "good.json", "cur.json"),
+            "cur.json",
+            {"good.json": GOOD_RUN, "cur.json": fifo},
+        ),
+        Bad(
+            "compare_baseline_is_a_fifo",
+            ("compare", "base.json", "good.json"),
+            "base.json",
+            {"good.json": GOOD_RUN, "base.json": fifo},
+        ),
+        Bad(
+            "compare_baseline_is_dev_zero", ("compare", "/dev/zero", "good.json"), "/dev/zero", {"good.json": GOOD_RUN}
+        ),
+        resume_bad("results_is_a_fifo", fifo, "results.json"),
+        merge_bad("plan_is_a_fifo", fifo, "multigpu.json"),
+        run_cfg("case_list_is_a_fifo", BASE, "--case-list", "ids.txt", needle="--case-list", files={"ids.txt": fifo}),
+        run_cfg(
+            "empirical_file_is_a_fifo", empirical("lengths.txt"), needle="lengths.txt", files={"lengths.txt": fifo}
+        ),
+        Bad(
+            "workloads_empirical_is_a_fifo",
+            ("workloads", "cfg.yaml"),
+            "lengths.txt",
+            {"cfg.yaml": empirical("lengths.txt"), "lengths.txt": fifo},
+        ),
+    ],
+    "sizes (files, values, batches, budgets)": [
+        Bad("config_5_mib", ("run", "cfg.yaml"), "MiB", {"cfg.yaml": sparse(5 * 2**20)}),
+        run_cfg("yaml_value_100k_chars", cfg(description="d" * 100_000), needle="characters"),
+        report_bad("results_600_mib", sparse(600 * 2**20), "MiB"),
+        Bad(
+            "compare_results_600_mib",
+            ("compare", "good.json", "big.json"),
+            "MiB",
+            {"good.json": GOOD_RUN, "big.json": sparse(600 * 2**20)},
+        ),
+        run_cfg("B_1e9", cfg_set(B=10**9), needle="B="),
+        Bad("list_B_2_31", ("list", "cfg.yaml"), "B", {"cfg.yaml": cfg_set(B=2**31 - 1)}),
+        Bad(
+            "list_max_len_2_31",
+            ("list", "cfg.yaml"),
+            "int32",
+            {"cfg.yaml": cfg_set(max_len=2**31 - 1, lengths={"family": "uniform_fill", "fill": 1.0})},
+        ),
+        run_cfg("max_len_over_int32", cfg_set(max_len=2**31), needle="max_len"),
+        run_cfg("B_over_int32", cfg_set(B=2**31), needle="B"),
+        run_cfg(
+            "tokens_over_int32",
+            cfg_set(B=4, max_len=2**30, lengths={"family": "uniform_fill", "fill": 1.0}),
+            needle="int32",
+        ),
+        run_cfg("zipf_support_1e9", cfg_set(max_len=10**9, lengths={"family": "zipf", "gamma": 2.0}), needle="zipf"),
+        run_cfg("H_D_100000", cfg_set(H=100_000, D=100_000), needle="no selected case fits"),
+        run_cfg(
+            "max_len_1e7",
+            cfg_set(B=64, max_len=10**7, lengths={"family": "uniform_fill", "fill": 1.0}),
+            needle="no selected case fits",
+        ),
+        run_cfg("kv_len_1e9", cfg_set(kv={"rule": "fixed_kv", "kv_len": 10**9}), needle="no selected case fits"),
+        run_cfg(
+            "kv_len_1e8_as_float", cfg_set(B=8, kv={"rule": "fixed_kv", "kv_len": 2e8}), needle="no selected case fits"
+        ),
+        run_cfg("rep_ms_1e9", cfg(timing={"rep_ms": 1e9, "max_reps": 10**9}), needle="rep_ms"),
+        run_cfg("max_reps_1e9", cfg(timing={"max_reps": 10**9}), needle="max_reps"),
+        run_cfg("warmup_ms_1e9", cfg(timing={"warmup_ms": 1e9}), needle="warmup_ms"),
+        run_cfg("energy_loop_1e9_s", cfg(power={"energy_loop_s": 1e9}), needle="energy_loop_s"),
+        run_cfg("settle_1e9_s", cfg(power={"settle_s": 1e9}), needle="settle_s"),
+        run_cfg("calibrate_seconds_1e9", cfg(hardware={"calibrate_seconds": 1e9}), needle="calibrate_seconds"),
+        run_cfg("period_ms_microseconds", cfg(power={"period_ms": 0.001}), needle="period_ms"),
+        run_cfg(
+            "sweep_of_a_million_workloads",
+            cfg_set(
+                max_len=list(range(1, 101)),
+                seed=list(range(100)),
+                lengths={"family": "uniform_fill", "fill": [0.5, 1.0]},
+            ),
+            needle="workloads",
+        ),
+        run_cfg("description_20k_chars", cfg(description="d" * 20_000), needle="description"),
+    ],
+    "nesting depth": [
+        run_cfg("yaml_50000_deep", "a: " + "[" * 50_000 + "]" * 50_000 + "\n", needle="nested"),
+        run_cfg(
+            "yaml_40_deep_mapping",
+            "".join("  " * i + f"k{i}:\n" for i in range(40)) + "  " * 40 + "v: 1\n",
+            needle="nested",
+        ),
+        report_bad("results_100000_deep", RESULTS_DEEP, "nested"),
+        report_bad("results_70_deep", RESULTS_70_DEEP, "nested"),
+        Bad(
+            "compare_results_100000_deep",
+            ("compare", "good.json", "deep.json"),
+            "nested",
+            {"good.json": GOOD_RUN, "deep.json": RESULTS_DEEP},
+        ),
+        resume_bad("results_100000_deep", RESULTS_DEEP, "nested"),
+        merge_bad("plan_100000_deep", deep_json(100_000), "nested"),
+    ],
+    "integer digits": [
+        run_cfg(
+            "yaml_seed_5001_digits",
+            yaml.safe_dump(BASE, sort_keys=False).replace("max_len: 8", "max_len: 8\n  seed: " + HUGE_INT),
+            needle="digits",
+        ),
+        run_cfg("seed_2_64", cfg_set(seed=2**64), needle="seed"),
+        run_cfg("seed_2_63", cfg_set(seed=2**63), needle="seed"),
+        run_cfg("B_30_digits", cfg_set(B=10**30), needle="digits"),
+        report_bad("results_5001_digit_int", RESULTS_HUGE_INT, "digits"),
+        report_bad("results_31_digit_int", RESULTS_WIDE_INT, "digits"),
+        Bad(
+            "compare_results_5001_digit_int",
+            ("compare", "good.json", "big.json"),
+            "digits",
+            {"good.json": GOOD_RUN, "big.json": RESULTS_HUGE_INT},
+        ),
+        Bad(
+            "compare_results_31_digit_int",
+            ("compare", "good.json", "big.json"),
+            "digits",
+            {"good.json": GOOD_RUN, "big.json": RESULTS_WIDE_INT},
+        ),
+        resume_bad("results_5001_digit_int", RESULTS_HUGE_INT, "digits"),
+        run_cfg(
+            "empirical_5001_digits",
+            empirical("huge.txt"),
+            needle="huge.txt",
+            files={"huge.txt": "3\n" + HUGE_INT + "\n"},
+        ),
+        run_cfg(
+            "fill_5001_digits",
+            yaml.safe_dump(BASE, sort_keys=False).replace("fill: 0.5", "fill: " + HUGE_INT),
+            needle="digits",
+        ),
+        Bad(
+            "compare_min_samples_40_digits",
+            ("compare", "good.json", "good.json", "--min-samples", "9" * 40),
+            "--min-samples",
+            {"good.json": GOOD_RUN},
+        ),
+        run_cfg(
+            "empirical_csv_5001_digits",
+            empirical("t.csv", column="len"),
+            needle="t.csv",
+            files={"t.csv": "len\n" + HUGE_INT + "\n"},
+        ),
+    ],
+    "YAML aliases": [
+        run_cfg("alias_bomb_as_device", bomb_as("device"), needle="alias"),
+        run_cfg("alias_bomb_as_modes", bomb_as("modes"), needle="alias"),
+        run_cfg("alias_bomb_as_sets", bomb_as("sets"), needle="alias"),
+        run_cfg("alias_bomb_as_description", bomb_as("description"), needle="alias"),
+        run_cfg("recursive_alias", "a: &a [*a]\n" + yaml.safe_dump(BASE, sort_keys=False), needle="itself"),
+        Bad("list_alias_bomb", ("list", "cfg.yaml"), "alias", {"cfg.yaml": bomb_as("modes")}),
+    ],
+    "unicode digits and non-ASCII numbers": [
+        run_cfg("empirical_arabic_indic_digits", empirical("ar.txt"), needle="ar.txt", files={"ar.txt": "٣\n٤٥\n"}),
+        run_cfg("empirical_fullwidth_digits", empirical("fw.txt"), needle="fw.txt", files={"fw.txt": "３ ４\n"}),
+        run_cfg(
+            "empirical_csv_column_arabic_digits",
+            empirical("t.csv", column="len"),
+            needle="t.csv",
+            files={"t.csv": "len\n٣\n"},
+        ),
+        run_cfg("max_len_arabic_digits", cfg_set(max_len="٣٣"), needle="max_len"),
+        run_cfg("B_devanagari_digits", cfg_set(B="४"), needle="B"),
+        run_cfg("device_arabic_digit", BASE, "--device", "١", needle="--device"),
+        run_cfg("gpus_arabic_digits", BASE, "--gpus", "٠,١", needle="--gpus"),
+        compare_bad("threshold_arabic_digits", results(), "--threshold", "--threshold", "٠.٥"),
+        compare_bad("min_samples_fullwidth", results(), "--min-samples", "--min-samples", "５"),
+        Bad("env_device_arabic_digit", ("env", "--device", "١"), "--device"),
+    ],
+    "empty sweeps and silently dropped sets": [
+        run_cfg("second_set_max_len_empty", set2(max_len=[]), needle="max_len"),
+        run_cfg("second_set_activation_empty", set2(activation=[]), needle="activation"),
+        run_cfg("second_set_fill_empty", set2(lengths={"family": "uniform_fill", "fill": []}), needle="fill"),
+        run_cfg("second_set_providers_empty", set2(providers=[]), needle="providers"),
+        run_cfg("second_set_seed_empty", set2(seed=[]), needle="seed"),
+        run_cfg("second_set_sort_empty", set2(sort_by_length=[]), needle="sort_by_length"),
+        run_cfg("second_set_kv_len_empty", set2(kv={"rule": "fixed_kv", "kv_len": []}), needle="kv_len"),
+        run_cfg("second_set_modes_empty", set2(modes=[]), needle="modes"),
+        run_cfg("modes_empty", cfg(modes=[]), needle="modes"),
+    ],
+    "device flags on CPU configs": [
+        run_cfg("device_99_on_cpu", BASE, "--device", "99", needle="--device 99"),
+        run_cfg("device_minus_3_on_cpu", BASE, "--device", "-3", needle="--device -3"),
+        run_cfg("device_0_on_cpu", BASE, "--device", "0", needle="device: cpu"),
+        run_cfg("device_1_7", BASE, "--device", "1.7", needle="--device"),
+        run_cfg("device_empty", BASE, "--device", "", needle="--device"),
+    ],
+    "results files report and compare must agree on": [
+        report_bad("duplicate_ids", results(cases=results()["cases"] * 2), "same id"),
+        report_bad("times_ms_text", case_with(times_ms="abc"), "times_ms"),
+        report_bad("status_number", case_with(status=5), "status"),
+        report_bad("meta_null", results(meta=None), "meta"),
+        report_bad("mode_contradicts_id", case_with(mode="bwd"), "mode"),
+        report_bad("provider_contradicts_id", case_with(provider="reference"), "provider"),
+        report_bad("not_utf8", b"\xff\xfe{}", "UTF-8"),
+        compare_bad("mode_contradicts_id", case_with(mode="bwd"), "mode"),
+        compare_bad("provider_contradicts_id", case_with(provider="gdpa"), "provider"),
+        compare_bad("mode_unknown", case_with(mode="sideways"), "mode"),
+        compare_bad("provider_not_text", case_with(provider=5), "provider"),
+        compare_bad("median_overflows_to_infinity", case_with(median_ms=1e400), "median_ms"),
+    ],
+    "multi-GPU plans": [
+        merge_bad("plan_not_json", "{not json", "not valid JSON"),
+        merge_bad("plan_sources_5", {"schema": "gdpa-bench-multigpu/1", "sources": 5}, "sources"),
+        merge_bad("plan_source_without_dir", {"sources": [{"gpu_index": 0}]}, "sources[0]"),
+        merge_bad("plan_source_dir_escapes", {"sources": [{"dir": "../../etc"}]}, "dir"),
+        merge_bad("plan_source_dir_absolute", {"sources": [{"dir": "/etc"}]}, "dir"),
+        merge_bad("plan_source_cases_not_a_list", {"sources": [{"dir": "s", "cases": "abc"}]}, "cases"),
+        merge_bad("plan_source_gpu_index_text", {"sources": [{"dir": "s", "gpu_index": "zero"}]}, "gpu_index"),
+        merge_bad("plan_is_a_list", "[1, 2]", "plan"),
+        merge_bad("plan_cases_not_ids", {"cases": [1, 2], "sources": []}, "cases"),
+    ],
+    "config values that were accepted": [
+        run_cfg("peak_tflops_negative", cfg(hardware={"peak_tflops": {"bf16": -5}}), needle="peak_tflops"),
+        run_cfg("peak_tflops_zero", cfg(hardware={"peak_tflops": {"fp32": 0}}), needle="peak_tflops"),
+        run_cfg("power_cap_1e9", cfg(hardware={"power_cap_w": 1e9}), needle="power_cap_w"),
+        run_cfg("hbm_zero", cfg(hardware={"hbm_tb_s": 0}), needle="hbm_tb_s"),
+        run_cfg("max_check_seqs_huge", cfg(correctness={"max_check_seqs": 2**40}), needle="max_check_seqs"),
+        run_cfg("label_with_space", cfg(providers=[{"name": "naive_eager", "label": "a b"}]), needle="label"),
+        run_cfg("top_field_typo_suggests", cfg(timng={"rep_ms": 2}), needle="did you mean 'timing'"),
+        run_cfg("set_field_typo_suggests", cfg_set(max_lne=8), needle="did you mean 'max_len'"),
+        run_cfg("provider_typo_suggests", cfg(providers=["naive_eagr"]), needle="did you mean 'naive_eager'"),
+        run_cfg(
+            "family_typo_suggests",
+            cfg_set(lengths={"family": "unifrom_fill", "fill": 0.5}),
+            needle="did you mean 'uniform_fill'",
+        ),
+        run_cfg("activation_typo_suggests", cfg_set(activation="fast_gleu"), needle="did you mean 'fast_gelu'"),
+        run_cfg("pairing_typo_suggests", cfg_set(kv={"rule": "fixed_k"}), needle="did you mean 'fixed_kv'"),
+        run_cfg(
+            "preset_typo_suggests", cfg_set(lengths={"family": "lognormal", "preset": "ml-20"}), needle="did you mean"
+        ),
+        run_cfg(
+            "providers_option_typo_suggests", BASE, "--providers", "naive_eagre", needle="did you mean 'naive_eager'"
+        ),
+        run_cfg("baseline_typo_suggests", cfg(baseline="naive_eagr"), needle="did you mean 'naive_eager'"),
+        run_cfg(
+            "yaml_date_as_name",
+            "name: 2024-01-01\n" + yaml.safe_dump({k: v for k, v in BASE.items() if k != "name"}),
+            needle="date",
+        ),
+        run_cfg("yaml_binary_value", yaml.safe_dump(BASE, sort_keys=False) + "x: !!binary aGVsbG8=\n", needle="bytes"),
+        run_cfg("yaml_set_value", yaml.safe_dump(BASE, sort_keys=False) + "x: !!set {a: null}\n", needle="a set value"),
+    ],
+}
+BAD += [b for group in HOSTILE.values() for b in group]
+
 # As real processes: the exit status and stderr of `python -m bench` itself, for each kind of input (a
 # config, a lengths file, an argparse error, a provider module, an option, a results file, --out/--resume).
 AS_PROCESS = {
@@ -416,7 +796,105 @@ AS_PROCESS = {
     "out_onto_an_existing_run",
     "resume_truncated_results",
     "compare_invalid_json",
+    # issue 25: what a real process must show — no hang on a FIFO, no memory kill under MEMORY_CAP, no
+    # traceback from a recursion or an integer limit (the in-process inputs have a SIGALRM timeout)
+    "config_is_a_fifo",
+    "compare_current_is_a_fifo",
+    "alias_bomb_as_modes",
+    "yaml_50000_deep",
+    "report_results_100000_deep",
+    "report_results_5001_digit_int",
+    "B_1e9",
+    "list_B_2_31",
+    "list_max_len_2_31",
+    "max_len_1e7",
+    "H_D_100000",
+    "kv_len_1e9",
 }
+
+
+# --------------------------------------------------------------------------------- the Python API
+
+
+def _cyclic() -> dict:
+    c = cfg()
+    c["sets"][0]["lengths"]["again"] = c["sets"][0]["lengths"]
+    return c
+
+
+def _shared_bomb() -> list:
+    x: list = ["lol"] * 9
+    for _ in range(8):
+        x = [x] * 9  # 9**9 values through shared references, a few hundred objects in memory
+    return x
+
+
+def _deep_dict(n: int = 10_000) -> dict:
+    d: dict = {}
+    cur = d
+    for _ in range(n):
+        cur["k"] = {}
+        cur = cur["k"]
+    return d
+
+
+# (id, config, keyword arguments, needle): `bench.run(config, **kw)` raises a ValueError (ConfigError or
+# UsageError) whose message is one line holding the needle, and writes nothing
+API_BAD: list[tuple[str, object, dict, str]] = [
+    ("config_none", None, {}, "config"),
+    ("config_int", 123, {}, "config"),
+    ("config_list_of_a_path", ["cfg.yaml"], {}, "config"),
+    ("config_bytes", b"cfg.yaml", {}, "config"),
+    ("config_missing_file", "nope.yaml", {}, "nope.yaml"),
+    ("dict_int_key", {**BASE, 1: 2}, {}, "key 1"),
+    ("dict_cycle", _cyclic(), {}, "cycle"),
+    ("dict_numpy_int_B", cfg_set(B=np.int64(2)), {}, "numpy"),
+    ("dict_numpy_array_max_len", cfg_set(max_len=np.array([8, 16])), {}, "numpy"),
+    ("dict_numpy_float_alpha", cfg_set(alpha=np.float32(1.0)), {}, "numpy"),
+    ("dict_numpy_bool_causal", cfg_set(causal=np.bool_(True)), {}, "numpy"),
+    ("dict_set_value", cfg_set(seed={1, 2}), {}, "set"),
+    ("dict_bytes_value", cfg(name=b"x"), {}, "bytes"),
+    ("dict_object_value", cfg(description=object()), {}, "object"),
+    ("dict_2_70_int", cfg_set(B=2**70), {}, "digits"),
+    ("dict_shared_reference_bomb", cfg(description=_shared_bomb()), {}, "100,000"),
+    ("dict_10000_deep", cfg(hardware=_deep_dict()), {}, "nested"),
+    ("dict_seed_2_64", cfg_set(seed=2**64 - 1), {}, "seed"),
+    ("dict_empty_sweep", cfg_set(max_len=[]), {}, "max_len"),
+    ("only_int", BASE, {"only": 5}, "only"),
+    ("only_list", BASE, {"only": ["s/"]}, "only"),
+    ("only_not_a_regex", BASE, {"only": "("}, "--only"),
+    ("providers_int", BASE, {"providers": 5}, "providers"),
+    ("providers_list_of_int", BASE, {"providers": [1]}, "providers"),
+    ("providers_unknown", BASE, {"providers": ["naive_eagr"]}, "did you mean"),
+    ("device_list", BASE, {"device": [0]}, "device"),
+    ("device_float", BASE, {"device": 1.7}, "device"),
+    ("device_bool", BASE, {"device": True}, "device"),
+    ("device_tpu", BASE, {"device": "tpu"}, "device"),
+    ("device_index_on_a_cpu_config", BASE, {"device": 3}, "device: cpu"),
+    ("out_int", BASE, {"out": 5}, "out"),
+    ("out_empty", BASE, {"out": ""}, "out"),
+    ("out_with_nul", BASE, {"out": "a\0b"}, "NUL"),
+    ("out_over_name_max", BASE, {"out": LONG}, "255"),
+    ("resume_empty", BASE, {"resume": ""}, "resume"),
+    ("resume_missing_folder", BASE, {"resume": "nope"}, "nope"),
+    ("out_and_resume", BASE, {"out": "a", "resume": "b"}, "resume"),
+    ("force_text", BASE, {"force": "yes"}, "force"),
+    ("progress_int", BASE, {"progress": 1}, "progress"),
+    ("memory_no_case_fits", cfg_set(H=100_000, D=100_000), {}, "no selected case fits"),
+]
+
+
+@pytest.mark.parametrize(("config", "kw", "needle"), [pytest.param(*x[1:], id=x[0]) for x in API_BAD])
+def test_bad_api_input(config, kw, needle, tmp_path, monkeypatch):
+    import bench
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as exc:
+        bench.run(config, **kw)
+    msg = str(exc.value)
+    assert "\n" not in msg and needle in msg, msg
+    assert len(msg) < 1000
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 # ------------------------------------------------------------------------------------------- harness
@@ -452,6 +930,14 @@ def _tree(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts}
 
 
+IN_PROCESS_TIMEOUT_S = 120
+MEMORY_CAP = 8 * 2**30  # issue 25: every input under an 8 GiB address-space limit, none killed for memory
+
+
+def _memory_cap() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
 def _run(bad: Bad, folder: Path) -> Outcome:
     """`python -m bench ...` as a process."""
     _materialise(folder, bad.files)
@@ -471,6 +957,7 @@ def _run(bad: Bad, folder: Path) -> Outcome:
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,
+            preexec_fn=_memory_cap,
         )
         rc, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
@@ -489,12 +976,21 @@ def _run_here(bad: Bad, folder: Path, monkeypatch, capsys) -> Outcome:
         monkeypatch.setenv(k, v)
     capsys.readouterr()
     tb = ""
+
+    def hung(signum, frame):  # no hang: an input that blocks (a FIFO opened for reading) fails the test
+        raise TimeoutError(f"{bad.id}: still running after {IN_PROCESS_TIMEOUT_S} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(IN_PROCESS_TIMEOUT_S)
     try:
         rc = main(list(bad.argv))
     except SystemExit as e:  # what `python -m bench` would exit with
         rc = e.code
     except BaseException:
         rc, tb = None, traceback.format_exc()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
     out, err = capsys.readouterr()
     return Outcome(rc, out, err + tb, sorted(_tree(folder) - before))
 
@@ -529,7 +1025,8 @@ def _check(bad: Bad, o: Outcome) -> None:
 def test_inputs_are_distinct_and_many():
     ids = [b.id for b in BAD]
     assert len(ids) == len(set(ids))
-    assert len(ids) >= 60
+    assert len(ids) + len(API_BAD) >= 250
+    assert all(len(group) >= 5 for group in HOSTILE.values()), {k: len(v) for k, v in HOSTILE.items()}
     assert AS_PROCESS <= set(ids)
 
 
@@ -560,3 +1057,25 @@ def test_relative_empirical_path_is_taken_from_the_config_folder(tmp_path, monke
     assert w.family_params["path"] == str(tmp_path / "project" / "lengths.txt")
     assert set(w.lengths()[0]) <= {3, 5, 7}  # drawn from the file
     assert [c.id for c in load_config(cfg_path).cases] == ["s/fwd/L=8/naive_eager"]  # ids keep what was written
+
+
+def test_an_unreadable_config_is_one_line(tmp_path, monkeypatch, capsys):
+    """PermissionError (which root never meets with chmod, hence the stand-in) is one line, exit 2."""
+    import support.inputs
+
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(BASE))
+    real_open = os.open
+
+    def denied(path, *a, **k):
+        if str(path).endswith("cfg.yaml"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(support.inputs.os, "open", denied)
+    o = _run_here(
+        Bad("unreadable", ("run", str(tmp_path / "cfg.yaml")), "Permission denied"),
+        tmp_path / "cwd",
+        monkeypatch,
+        capsys,
+    )
+    _check(Bad("unreadable", (), "Permission denied"), o)

@@ -373,7 +373,7 @@ SLOW_IDS = [f"t/fwd/L={L}/fill={f}/{p}" for L in (8, 16) for f in ("0.5", "1.0")
 
 
 def _worker_pid(parent: int, label: int, timeout: float = 60.0) -> int:
-    """The pid of the `bench run --device <label>` child of `parent` (found through /proc)."""
+    """The pid of the `bench run --out .../gpu<label>` child of `parent` (found through /proc)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in Path("/proc").iterdir():
@@ -384,10 +384,11 @@ def _worker_pid(parent: int, label: int, timeout: float = 60.0) -> int:
                 argv = (p / "cmdline").read_bytes().split(b"\0")
             except (OSError, IndexError, ValueError):
                 continue
-            if ppid == parent and b"--device" in argv and argv[argv.index(b"--device") + 1] == str(label).encode():
+            # a CPU worker is named by its shard folder (`--device` picks GPUs only)
+            if ppid == parent and b"--out" in argv and argv[argv.index(b"--out") + 1].endswith(f"gpu{label}".encode()):
                 return int(p.name)
         time.sleep(0.05)
-    raise AssertionError(f"no worker --device {label} under pid {parent}")
+    raise AssertionError(f"no worker --out .../gpu{label} under pid {parent}")
 
 
 def _recorded(shard_dir: Path) -> list[str]:

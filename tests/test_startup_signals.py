@@ -1,0 +1,79 @@
+"""Ctrl-C or SIGTERM in the first seconds of `python -m bench` / `gdpa-bench` — the torch import, the
+config load — ends the process with 128 + the signal and one line, never a traceback (issue 25).
+
+Each process is signalled once its first instruction has run: bench.__main__ installs the guard, which
+the test sees as SIGTERM turning up in /proc/PID/status's caught-signal mask, then waits a delay that
+lands in the torch import (the first ~1-2 s), in the config load, or later.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSOLE_SCRIPT = "import sys; from bench.__main__ import entry; sys.exit(entry())"  # what pip's wrapper runs
+DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+def _guarded(pid: int, timeout: float = 60.0) -> bool:
+    """True once the process catches SIGTERM (the guard is installed); False if it ended first."""
+    deadline = time.monotonic() + timeout
+    bit = 1 << (signal.SIGTERM - 1)
+    while time.monotonic() < deadline:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+        if int(caught, 16) & bit:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal mask from /proc (Linux)")
+def test_a_signal_while_starting_is_one_line_and_128_plus_the_signal(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    runs = []
+    for k, delay in enumerate(DELAYS):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            how = ["-m", "bench"] if (k + sig) % 2 else ["-c", CONSOLE_SCRIPT]
+            cmd = [sys.executable, *how, "list", str(ROOT / "configs" / "smoke.yaml")]
+            runs.append(
+                (
+                    sig,
+                    delay,
+                    subprocess.Popen(
+                        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                    ),
+                )
+            )
+
+    def signal_when_guarded(sig, delay, p) -> None:  # each process on its own clock
+        if _guarded(p.pid):
+            time.sleep(delay)
+            p.send_signal(sig)
+
+    threads = [threading.Thread(target=signal_when_guarded, args=run) for run in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    for sig, delay, p in runs:
+        out, err = p.communicate(timeout=120)
+        where = (signal.Signals(sig).name, delay)
+        assert "Traceback" not in err + out, (where, err[-2000:])
+        if p.returncode == 0:  # `list` finished before the signal (a fast machine, the longest delay)
+            assert delay == DELAYS[-1], (where, err)
+            continue
+        assert p.returncode == 128 + sig, (where, p.returncode, err)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"interrupted ({signal.Signals(sig).name})"), (where, lines)
