@@ -169,11 +169,16 @@ class Shape:
         )
 
 
+def batch_resident(s: Shape) -> int:
+    """Bytes a workload's batch holds while its cases run: q and dout [ΣLq, H, D], k and v [ΣLk, Hkv, D] in
+    the dtype, and the offsets."""
+    return s.itemsize * 2 * (s.total_q * s.H + s.total_kv * s.Hkv) * s.D + 16 * (s.B + 1)
+
+
 def batch_need(s: Shape) -> int:
-    """Bytes of a workload's batch: q and dout [ΣLq, H, D], k and v [ΣLk, Hkv, D] in the dtype, plus the
-    fp32 tensor each is drawn as before the cast (workloads.batch.make_batch)."""
-    q_el, kv_el = s.total_q * s.H * s.D, s.total_kv * s.Hkv * s.D
-    return s.itemsize * (2 * q_el + 2 * kv_el) + 4 * max(q_el, kv_el) + 16 * (s.B + 1)
+    """Bytes the batch takes while it is built: what it holds, plus the fp32 tensor each part is drawn as
+    before the cast (workloads.batch.make_batch), freed before any case runs."""
+    return batch_resident(s) + 4 * max(s.total_q * s.H, s.total_kv * s.Hkv) * s.D
 
 
 def _scores(s: Shape, model: str, grads: bool) -> int:
@@ -265,7 +270,8 @@ def check_run_fits(cases: list[Case], device: torch.device, gate: bool, scores_m
         if c.label not in memory:
             memory[c.label] = scores_memory(c)
         s = shapes[c.workload.name]
-        needs.append((batch_need(s) + case_need(s, c.mode, memory[c.label], gate), c))
+        need = max(batch_need(s), batch_resident(s) + case_need(s, c.mode, memory[c.label], gate))
+        needs.append((need, c))
     smallest, case = min(needs, key=lambda x: x[0])
     if smallest > HEADROOM.get(device.type, HOST_HEADROOM) * free:
         s = shapes[case.workload.name]

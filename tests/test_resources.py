@@ -156,7 +156,7 @@ def _config(tmp_path: Path, max_len) -> Path:
 
 def test_a_case_that_does_not_fit_is_skipped_with_its_need(tmp_path, monkeypatch, capsys):
     _, small = _workload(8, "fp32")  # as _config's set
-    need_small = batch_need(small) + case_need(small, "fwd", "padded", True)
+    need_small = batch_need(small) + case_need(small, "fwd", "padded", True)  # more than the check's need
     free = int(2 * need_small / HOST_HEADROOM)  # the small workload fits, the big one does not
     monkeypatch.setattr(resources, "free_bytes", lambda device: free)
     monkeypatch.setattr("bench.runner.free_bytes", lambda device: free)
