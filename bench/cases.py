@@ -99,6 +99,8 @@ class Workload:
             "imbalance": wstats["imbalance"],
             "seed": self.seed,
             "lengths_sha256": wstats["lengths_sha256"],
+            "tile_eff_64": wstats["tile_eff_64"],
+            "tile_eff_128": wstats["tile_eff_128"],
         }
 
 

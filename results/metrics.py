@@ -57,6 +57,8 @@ UNIT_FORMATS = {
     "tokens": "int",
 }
 Derive = Callable[[pd.DataFrame, dict], "pd.Series | np.ndarray"]
+# tile efficiency at a t×t tile (workloads.stats.tile_efficiency; docs/DESIGN.md §4)
+TILE_EFF = "ΣLqLk / Σ⌈Lq/{t}⌉{t}·⌈Lk/{t}⌉{t} (causal: unmasked over computed tiles' pairs)"
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("util_measured", "fraction", "timer", "tflops / meta.measured_gemm_tflops",
       "share of the GEMM ceiling measured in the run", shown=("summary", "cases"), header="util GEMM",
       derive=_utilization("measured_gemm_tflops", "util_measured")),
+    # the workload block's tile efficiencies, shown next to the utilization (issue 22); recorded after its other keys
+    Metric("workload.tile_eff_64", "fraction", "lengths", TILE_EFF.format(t=64),
+      "share of the score area a 64×64-tile kernel computes that is useful", shown=("cases",), header="tile eff 64"),
+    Metric("workload.tile_eff_128", "fraction", "lengths", TILE_EFF.format(t=128),
+      "share of the score area a 128×128-tile kernel computes that is useful", shown=("cases",),
+      header="tile eff 128"),
     Metric("speedup", "×", "frame", "median_ms(baseline, same shape) / median_ms",
       "time ratio vs the baseline provider on the same shape (> 1: faster)", shown=("cases",), header="speedup",
       derive=lambda df, meta: speedup_vs_baseline(df, df.attrs.get("baseline"))),
@@ -357,6 +365,11 @@ WORKLOAD_METRICS: tuple[Metric, ...] = (
       shown=("workloads",), header="top-1% work share"),
     Metric("stats.total_work_pairs", "count", "lengths", "Σ unmasked (q, k) pairs", "the work FLOPs are counted on"),
     Metric("stats.lengths_sha256", "", "lengths", "", "a hash of the Q and KV lengths", kind="text"),
+    Metric("stats.tile_eff_64", "fraction", "lengths", TILE_EFF.format(t=64),
+      "useful share of the score area at a 64×64 tile (workloads.stats.tile_efficiency)", shown=("workloads",),
+      header="tile eff 64"),
+    Metric("stats.tile_eff_128", "fraction", "lengths", TILE_EFF.format(t=128),
+      "useful share of the score area at a 128×128 tile", shown=("workloads",), header="tile eff 128"),
 )
 # fmt: on
 

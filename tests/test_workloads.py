@@ -440,6 +440,8 @@ def test_stats_hand_computed():
         "top1pct_work_share",
         "total_work_pairs",
         "lengths_sha256",
+        "tile_eff_64",
+        "tile_eff_128",
     }
     expected = {
         "B": 4,
@@ -459,6 +461,8 @@ def test_stats_hand_computed():
         "imbalance": 16 / 7,
         "top1pct_work_share": 16 / 28,
         "total_work_pairs": 28,
+        "tile_eff_64": 28 / (3 * 64 * 64),  # three non-empty sequences, one 64 x 64 tile each
+        "tile_eff_128": 28 / (3 * 128 * 128),
     }
     for key, v in expected.items():
         assert s[key] == pytest.approx(v, abs=1e-6), key

@@ -1,7 +1,10 @@
-"""Workload statistics (docs/DESIGN.md §4): token counts, padding and FLOP-area waste, imbalance, a hash.
+"""Workload statistics (docs/DESIGN.md §4): token counts, padding and FLOP-area waste, imbalance, tile
+efficiency, a hash.
 
 `work_pairs` is the per-sequence count of (query, key) score pairs a kernel computes; FLOPs are
 4·H·D·Σ work_pairs (docs/DESIGN.md §3), so this is the one place that decides what "causal" costs.
+`tile_efficiency` is how much of the score area a tiled kernel computes is useful: the share of its
+work that jaggedness lets a kernel with that tile keep.
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ STATS_KEYS = (
     "top1pct_work_share",
     "total_work_pairs",
     "lengths_sha256",
+    "tile_eff_64",
+    "tile_eff_128",
 )
+#: The square tiles `stats` reports the tile efficiency at (`tile_eff_<t>`).
+STAT_TILES = (64, 128)
 
 
 def _pair(q_lengths, kv_lengths) -> tuple[np.ndarray, np.ndarray]:
@@ -56,6 +63,34 @@ def work_pairs(q_lengths, kv_lengths, causal: bool = False) -> np.ndarray:
         return q * k
     m = np.minimum(q, k)
     return m * (m + 1) // 2 + (q - m) * k
+
+
+def computed_pairs(q_lengths, kv_lengths, tile_m: int, tile_n: int | None = None, causal: bool = False) -> np.ndarray:
+    """Score pairs per sequence a kernel with `tile_m` × `tile_n` tiles (query rows × keys) computes, int64.
+
+    Non-causal: ceil(Lq/m)·m · ceil(Lk/n)·n. Causal (j <= i): every tile with an unmasked pair is computed
+    whole: query tile b (rows < min((b+1)·m, Lq)) needs ceil(min((b+1)·m, Lq, Lk) / n) key tiles."""
+    q, k = _pair(q_lengths, kv_lengths)
+    m = int(tile_m)
+    n = m if tile_n is None else int(tile_n)
+    if m <= 0 or n <= 0:
+        raise ValueError(f"tile sizes must be positive, got {m} x {n}")
+    q_tiles = -(-q // m)
+    if not causal:
+        return q_tiles * m * (-(-k // n) * n)
+    out = np.zeros_like(q)
+    for b in range(int(q_tiles.max(initial=0))):
+        rows_end = np.minimum((b + 1) * m, q)
+        out += np.where(b < q_tiles, -(-np.minimum(rows_end, k) // n) * m * n, 0)
+    return out
+
+
+def tile_efficiency(q_lengths, kv_lengths, tile_m: int, tile_n: int | None = None, causal: bool = False) -> float:
+    """Useful over computed score area at a `tile_m` × `tile_n` tile: Σ work_pairs / Σ computed_pairs
+    (causal: the unmasked pairs over the computed tiles' pairs). 1.0 when nothing is computed."""
+    computed = int(computed_pairs(q_lengths, kv_lengths, tile_m, tile_n, causal).sum())
+    useful = int(work_pairs(q_lengths, kv_lengths, causal).sum())
+    return useful / computed if computed > 0 else 1.0
 
 
 def lengths_sha256(q_lengths, kv_lengths) -> str:
@@ -97,8 +132,9 @@ def length_stats(q_lengths, kv_lengths, *, causal: bool = False) -> dict:
     flop_waste = 1 - Σw/(B·maxLq·maxLk), w = work_pairs(causal): the share of a dense padded
     [B, maxLq, maxLk] score area that is never needed (for causal the masked half counts as waste).
     imbalance = max(w)/mean(w); top1pct_work_share = share of Σw in the ceil(1% of B) sequences with
-    the largest w. Degenerate batches (B = 0, all-zero lengths) have nothing to waste or balance:
-    the wastes are 0.0, imbalance is 1.0 and the top-1% share is 0.0, never a division by zero.
+    the largest w; tile_eff_<t> = `tile_efficiency` at a t × t tile (t in STAT_TILES). Degenerate batches
+    (B = 0, all-zero lengths) have nothing to waste or balance: the wastes are 0.0, imbalance is 1.0, the
+    top-1% share is 0.0 and the tile efficiencies 1.0, never a division by zero.
     Floats are rounded to 6 decimals.
     """
     q, k = _pair(q_lengths, kv_lengths)
@@ -132,5 +168,6 @@ def length_stats(q_lengths, kv_lengths, *, causal: bool = False) -> dict:
             "lengths_sha256": lengths_sha256(q, k),
         }
     )
+    out.update({f"tile_eff_{t}": _r(tile_efficiency(q, k, t, causal=causal)) for t in STAT_TILES})
     assert tuple(out) == STATS_KEYS
     return out
