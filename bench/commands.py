@@ -190,10 +190,10 @@ def workloads(args: argparse.Namespace) -> int:
 def profile_arguments(parser: argparse.ArgumentParser) -> None:
     options.config(parser)
     options.selection(parser, only_required=True)
-    parser.add_argument("--run", metavar="RUN_DIR", help="write tc_util_ncu into this run's results.json")
-    parser.add_argument("--keep", action="store_true", help="keep each case's .ncu-rep (under RUN_DIR/ncu/ with --run)")
+    parser.add_argument("--run", metavar="RUN_DIR", help="store the results in this run's results.json")
+    parser.add_argument("--keep", action="store_true", help="keep the .ncu-rep (under RUN_DIR/ncu/ with --run)")
+    options.bands(parser)
     options.device(parser)
-    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: the child ncu profiles
 
 
 def profile(args: argparse.Namespace) -> int:
@@ -266,7 +266,12 @@ COMMANDS = (
     Command("run", "run a sweep: correctness gate, timing, power, results, report", run_arguments, run),
     Command("list", "the cases a config runs and an estimated wall time (runs nothing)", list_arguments, list_cases),
     Command("workloads", "workload statistics and length histograms (no GPU needed)", workloads_arguments, workloads),
-    Command("profile", "run selected cases under Nsight Compute; store tensor-pipe use", profile_arguments, profile),
+    Command(
+        "profile",
+        "Nsight Compute counters per kernel, or the length bands, of selected cases",
+        profile_arguments,
+        profile,
+    ),
     Command("env", "GPU, NVML, versions, and which providers can run here", env_arguments, env),
     Command("submit", "run a config on a Slurm cluster through submitit", submit_arguments, submit),
     Command("merge", "merge a --gpus / submit run folder again from its shard folders", options.run_dir, merge),

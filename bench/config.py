@@ -30,6 +30,7 @@ from bench.cases import Case, ProviderSpec, as_list, cases_of, expand_set, sweep
 from bench.config_errors import validation_message
 from bench.config_source import DICT_SOURCE, read_config
 from bench.errors import ConfigError
+from bench.profiling_config import Bands, Breakdown, Counters, check_selections
 from bench.provider_specs import resolve_providers
 from bench.resources import check_host_for_lengths
 from kernels.activations import ACTIVATION_NAMES
@@ -268,6 +269,9 @@ class BenchConfig(_Strict):
     timing: Timing = Timing()
     correctness: Correctness = Correctness()
     power: Power = Power()
+    breakdown: Breakdown = Breakdown()  # the profiling views: bench/profiling_config.py
+    counters: Counters = Counters()
+    bands: Bands = Bands()
     output_dir: str = "runs"
     sets: list[WorkloadSet] = Field(min_length=1)
 
@@ -405,6 +409,7 @@ def load_config(source: str | Path | Mapping) -> LoadedConfig:
     for s in model.sets:
         workloads = expand_set(s, workload_ok(s.name, s.B))
         cases += cases_of(workloads, list(s.modes or model.modes), per_set.get(s.name, top))
+    check_selections(model, [c.id for c in cases], path)
     return LoadedConfig(
         path=path,
         model=model,

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from bench.config import BenchConfig, Correctness, Hardware, Power, ProviderEntry, Timing, WorkloadSet
+from bench.profiling_config import Bands, Breakdown, Counters
 from kernels.activations import ACTIVATION_NAMES
 from kernels.registry import PROVIDER_MODULES, provider_class, provider_names
 from workloads import FAMILIES, PAIRINGS, REQUIRED
@@ -31,6 +32,7 @@ from workloads.params import allowed_text
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "config-reference.md"
 NAME_RULE = "letters, digits and _ . + - (not starting with . or -)"
+SELECTS = "a Python regular expression matching at least one case id"
 
 #: (section title, model, the YAML path of its fields)
 MODELS: list[tuple[str, type[BaseModel], str]] = [
@@ -39,6 +41,9 @@ MODELS: list[tuple[str, type[BaseModel], str]] = [
     ("timing", Timing, "timing."),
     ("correctness", Correctness, "correctness."),
     ("power", Power, "power."),
+    ("breakdown", Breakdown, "breakdown."),
+    ("counters", Counters, "counters."),
+    ("bands", Bands, "bands."),
     ("A provider entry (providers: and sets[].providers:)", ProviderEntry, "providers[]."),
     ("A workload set (sets:)", WorkloadSet, "sets[]."),
 ]
@@ -60,6 +65,9 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
     "timing": ("How each case is timed (the table below).", {"rep_ms": 1000}, ""),
     "correctness": ("The correctness gate every case passes before it is timed.", {"tolerance": 0.02}, ""),
     "power": ("NVML power sampling and the energy loop (GPU runs).", {"energy_loop_s": 1.0}, ""),
+    "breakdown": ("The kernels one call launches, per case (docs/DESIGN.md §5).", {"enabled": True}, ""),
+    "counters": ("Nsight Compute per kernel of selected cases, after the sweep.", {"only": "fwd/"}, ""),
+    "bands": ("Selected cases' batches split into length bands, each band timed alone.", {"only": "fwd/"}, ""),
     "output_dir": (
         "Folder the run folders go under (relative: from the current folder).",
         "runs",
@@ -103,6 +111,22 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
         "Case ids matching this regex are timed again with the sampler off.",
         "fwd/L=256/",
         "a Python regular expression",
+    ),
+    "breakdown.enabled": (
+        "Profile the kernels of a call after each case's samples; null: on for GPU runs, off on the CPU.",
+        True,
+        "",
+    ),
+    "breakdown.calls": ("Calls profiled per case (after one uncounted warm call).", 3, ""),
+    "counters.only": ("Case ids this regex matches run under Nsight Compute (none: off).", "fwd/", SELECTS),
+    "counters.keep": ("Keep the .ncu-rep under RUN_DIR/ncu/.", False, ""),
+    "counters.timeout_s": ("Seconds the one ncu child may take for all the selected cases.", 1800, ""),
+    "bands.only": ("Case ids this regex matches get their length bands timed (none: off).", "fwd/", SELECTS),
+    "bands.edges": (
+        "Band edges of min(Lq, Lk): bands [0, e1), [e1, e2), ..., [e_last, ∞); null: 64, 128, 256, ... up to "
+        "the batch's longest.",
+        [128, 512, 1024],
+        "increasing positive integers",
     ),
     "providers[].name": ("The provider's registry name (the list below).", "gdpa_triton", "a registered provider"),
     "providers[].label": (

@@ -35,6 +35,34 @@ def device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", type=integer, metavar="N", help="CUDA device index")
 
 
+def band_edges(text: str) -> list[int]:
+    """`--band-edges 128,512,1024`: increasing positive integers (workloads.bands.check_edges)."""
+    from workloads.bands import check_edges  # noqa: PLC0415 (workloads imports torch: not for --help)
+
+    try:
+        values = [integer(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers; allowed: e.g. 128,512,1024") from None
+    try:
+        return check_edges(values)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def bands(parser: argparse.ArgumentParser) -> None:
+    """The length bands of selected cases (bench.bands; the config's `bands` section does the same in a run)."""
+    group = parser.add_argument_group("length bands (docs/DESIGN.md §5)")
+    group.add_argument(
+        "--bands", action="store_true", help="time each case's length bands alone (no Nsight Compute needed)"
+    )
+    group.add_argument(
+        "--band-edges",
+        type=band_edges,
+        metavar="E1,E2,...",
+        help="band edges of min(Lq, Lk) (default: the config's bands.edges, else 64, 128, 256, ... up to the max)",
+    )
+
+
 def run_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (holding results.json)")
 

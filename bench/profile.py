@@ -1,192 +1,88 @@
-"""`python -m bench profile CONFIG --only REGEX [--run RUN_DIR]`: tensor-pipe use read by Nsight Compute.
+"""`gdpa-bench profile CONFIG --only REGEX [--run RUN_DIR]`: the profiling views of selected cases, on demand.
 
-For each selected case a child process builds the case, runs it once to compile/autotune, then runs one
-timed-region call between cudaProfilerStart/Stop; `ncu --profile-from-start off` profiles exactly the
-kernels of that call (clocks left alone: `--clock-control none`). Per case we store the duration-weighted
-tensor-pipe activity (`tc_util_ncu`, a fraction) and the achieved SM clock, in the run's results.json
-when --run is given. `--keep` also keeps each case's Nsight Compute report (`.ncu-rep`): under
-`RUN_DIR/ncu/` with --run, else beside profile.json; its path is recorded as `ncu_report`.
+Without `--bands`: Nsight Compute over the selected cases (bench.counters: one ncu process for all of
+them, clocks untouched), per kernel tensor-pipe activity, SM and DRAM throughput, occupancy, registers,
+spills; stored per case (`counters`, and the summary `tc_util_ncu`) in the run's results.json with
+`--run`, else in `profile.json` under `<output_dir>/profile-<config>-<UTC time>/`. `--keep` keeps the
+`.ncu-rep` (under `RUN_DIR/ncu/` with --run).
+
+With `--bands [--band-edges 64,128,...]`: each selected case's batch split into length bands, every band
+timed alone (bench.bands). With `--run`, the bands of the cases recorded ok there are added to that run
+(against its whole-batch medians); without it, the selected cases run as a new run folder with their bands.
+No ncu is needed for the bands. The report is redrawn either way.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import re
-import shutil
-import subprocess
-import sys
+from dataclasses import replace
 from datetime import datetime, timezone
+from itertools import groupby
 from pathlib import Path
 
 import torch
 
+from bench.bands import case_bands
+from bench.config import default_run_dir
+from bench.counters import collect, find_ncu
+from bench.device import check_device_option, resolve_device
 from bench.errors import UsageError
+from bench.profiling_config import Bands, Counters
 from bench.reporting import render
+from bench.resources import check_run_fits
+from bench.rundir import check_new_run_dir
 from bench.runlock import run_folder_lock
+from bench.runner import Runner
 from bench.selection import select_cases
+from bench.timing import time_call
 from kernels.registry import get_provider
-from results.files import ResultsWriter, read_results
-
-METRIC_TC = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
-METRIC_CLK = "sm__cycles_elapsed.avg.per_second"
-METRIC_DUR = "gpu__time_duration.sum"
-METRICS = ",".join([METRIC_TC, METRIC_CLK, METRIC_DUR])
+from results.files import ResultsError, ResultsWriter, read_results
 
 
-def find_ncu() -> str | None:
-    for cand in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
-        if cand and Path(cand).exists():
-            return cand
-    found = sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu")) if Path("/opt/nvidia").exists() else []
-    return str(found[-1]) if found else None
+def _run_dir(a) -> Path | None:
+    run_dir = Path(a.run) if a.run else None
+    if run_dir and not (run_dir / "results.json").is_file():
+        raise UsageError(f"--run {run_dir}: no results.json there")
+    if run_dir:
+        try:
+            read_results(run_dir)
+        except ResultsError as exc:
+            raise UsageError(f"--run {run_dir}: {exc}") from None
+    return run_dir
 
 
-def _num(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except (ValueError, AttributeError):
-        return None
-
-
-def parse_ncu_csv(text: str) -> list[dict]:
-    """Kernel rows of `ncu --csv --page raw --print-units base` output (banner lines ignored)."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    if not lines:
-        return []
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    kernels = []
-    for r in rows:
-        dur = _num(r.get(METRIC_DUR, ""))
-        if dur is None:  # the units row
-            continue
-        kernels.append(
-            {
-                "name": r.get("Kernel Name", "?"),
-                "duration_ns": dur,
-                "tc_util_pct": _num(r.get(METRIC_TC, "")),
-                "sm_clock_hz": _num(r.get(METRIC_CLK, "")),
-            }
-        )
-    return kernels
-
-
-def summarize(kernels: list[dict]) -> dict:
-    """Duration-weighted tensor-pipe activity and SM clock over the kernels of one call."""
-    total = sum(k["duration_ns"] for k in kernels)
-    if not kernels or total <= 0:
-        return {"tc_util_ncu": None, "ncu_sm_clock_mhz": None, "ncu_kernels": kernels}
-    tc = sum(k["duration_ns"] * (k["tc_util_pct"] or 0.0) for k in kernels) / total / 100.0
-    clk = sum(k["duration_ns"] * (k["sm_clock_hz"] or 0.0) for k in kernels) / total / 1e6
-    return {"tc_util_ncu": tc, "ncu_sm_clock_mhz": clk, "ncu_kernels": kernels, "ncu_duration_ms": total / 1e6}
-
-
-def _child(cfg, case_id: str, device_index: int | None) -> int:
-    """Inside ncu: build the case, warm it, run one call inside the profiler range."""
-    case = next(c for c in cfg.cases if c.id == case_id)
-    w = case.workload
-    device = torch.device("cuda", device_index or 0)
-    batch = w.batch(device)
-    provider = get_provider(case.provider.name, case.provider.options or None)
-    fn = provider.build(batch, case.spec, case.mode)
-    fn()
-    fn()
-    torch.cuda.synchronize(device)
-    torch.cuda.cudart().cudaProfilerStart()
-    fn()
-    torch.cuda.synchronize(device)
-    torch.cuda.cudart().cudaProfilerStop()
-    return 0
-
-
-def report_file(folder: Path, case_id: str) -> Path:
-    """Where `--keep` puts a case's Nsight Compute report: one file per case id."""
-    return folder / (re.sub(r"[^A-Za-z0-9._=-]+", "_", case_id) + ".ncu-rep")
-
-
-def ncu_command(ncu: str, cfg, case_id: str, device: int | None, export: Path | None) -> list[str]:
-    """The ncu command line profiling one case: the metrics as CSV on stdout, or (export) into a
-    report file, read back with `ncu --import` afterwards."""
-    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", METRICS]
-    if export is not None:
-        cmd += ["--export", str(export), "--force-overwrite"]
-    else:
-        cmd += ["--csv", "--page", "raw", "--print-units", "base"]
-    cmd += [
-        sys.executable,
-        "-m",
-        "bench",
-        "profile",
-        str(cfg.path),
-        "--only",
-        f"^{re.escape(case_id)}$",
-        "--case",
-        case_id,
-    ]
-    if device is not None:
-        cmd += ["--device", str(device)]
-    return cmd
-
-
-def profile_case(ncu: str, cfg, case_id: str, device: int | None, keep: Path | None) -> dict:
-    """Profile one case in a child process; its summary (or {"error": ...}), plus `ncu_report` if kept."""
-    export = report_file(keep, case_id) if keep is not None else None
-    try:
-        proc = subprocess.run(
-            ncu_command(ncu, cfg, case_id, device, export), capture_output=True, text=True, timeout=900
-        )
-        if export is not None and proc.returncode == 0:
-            proc = subprocess.run(
-                [ncu, "--import", str(export), "--csv", "--page", "raw", "--print-units", "base"],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-    except subprocess.TimeoutExpired:
-        return {"error": "ncu timed out"}
-    kernels = parse_ncu_csv(proc.stdout)
-    if proc.returncode != 0 or not kernels:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"error": f"ncu exit {proc.returncode}: {' | '.join(tail)}"[:400]}
-    out = summarize(kernels)
-    if export is not None and export.exists():
-        out["ncu_report"] = str(export)
-    return out
-
-
-def profile(cfg, args) -> int:
-    if args.case:
-        return _child(cfg, args.case, args.device)
-    cases = select_cases(cfg, args.only, args.providers)
+def profile(cfg, a) -> int:
+    cases = select_cases(cfg, a.only, a.providers)
+    if a.bands:
+        return profile_bands(cfg, cases, a)
+    if a.band_edges is not None:
+        raise UsageError("--band-edges: only with --bands")
     ncu = find_ncu()
     if ncu is None:
         raise UsageError(
             "ncu (Nsight Compute) not found on PATH or in /usr/local/cuda/bin; "
-            "profile needs it (it ships with the CUDA toolkit)"
+            "profile needs it (it ships with the CUDA toolkit; the length bands do not: --bands)"
         )
     if not torch.cuda.is_available():
-        raise UsageError("profile needs a CUDA GPU")
-    run_dir = Path(args.run) if args.run else None
-    if run_dir and not (run_dir / "results.json").is_file():
-        raise UsageError(f"--run {run_dir}: no results.json there")
+        raise UsageError("profile needs a CUDA GPU (the length bands do not: --bands)")
+    run_dir = _run_dir(a)
     out = run_dir or Path(cfg.model.output_dir) / f"profile-{cfg.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
-    keep = (out / "ncu" if run_dir else out) if getattr(args, "keep", False) else None
+    keep = (out / "ncu" if run_dir else out) if a.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for case in cases:
-        print(f"profiling {case.id} ...", flush=True)
-        r = results[case.id] = profile_case(ncu, cfg, case.id, args.device, keep)
-        if r.get("tc_util_ncu") is not None:
+    print(f"profiling {len(cases)} case(s) under Nsight Compute in one process ...", flush=True)
+    results = collect(cases, a.device, keep, cfg.model.counters.timeout_s, ncu=ncu)
+    for cid, r in results.items():
+        c = r["counters"]
+        if c["status"] == "ok":
+            tc = c["tensor_pct"]
             print(
-                f"  tensor pipe {100 * r['tc_util_ncu']:.1f}% at {r['ncu_sm_clock_mhz']:.0f} MHz "
-                f"over {len(r['ncu_kernels'])} kernel(s), {r['ncu_duration_ms']:.3f} ms"
-                + (f"; report {r['ncu_report']}" if r.get("ncu_report") else ""),
+                f"  {cid}: tensor pipe {tc if tc is not None else float('nan'):.1f}% over {len(c['kernels'])} "
+                f"kernel(s), {c['duration_ms']:.3f} ms" + (f"; report {c['report']}" if c.get("report") else ""),
                 flush=True,
             )
         else:
-            print(f"  {r.get('error')}", flush=True)
+            print(f"  {cid}: {c['status']}: {c['reason']}", flush=True)
     if run_dir:
         with run_folder_lock(run_dir, "--run"):  # read, update and write back with no other writer between
             ResultsWriter.of(run_dir, read_results(run_dir)).update_cases(results)
@@ -196,4 +92,58 @@ def profile(cfg, args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "profile.json").write_text(json.dumps(results, indent=1))
         print(f"stored in {out / 'profile.json'}")
-    return 0 if all("error" not in r for r in results.values()) else 1
+    return 0 if all(r["counters"]["status"] == "ok" for r in results.values()) else 1
+
+
+def profile_bands(cfg, cases, a) -> int:
+    edges = a.band_edges if a.band_edges is not None else cfg.model.bands.edges
+    run_dir = _run_dir(a)
+    check_device_option(cfg.model.device, a.device)
+    device = resolve_device(cfg.model.device, a.device)
+    if run_dir is None:  # a new run of the selected cases, each with its bands (and no ncu: --bands needs none)
+        model = cfg.model.model_copy(update={"bands": Bands(only=a.only, edges=edges), "counters": Counters()})
+        out, option = default_run_dir(cfg), f"{cfg.path}: output_dir:"
+        check_new_run_dir(out, option)
+        check_run_fits(cases, device, cfg.model.correctness.enabled)
+        with run_folder_lock(out, option):  # one writer per run folder, as `run` (bench.runlock)
+            check_new_run_dir(out, option)
+            Runner(replace(cfg, model=model), out, device).run(cases)
+            drawn = render(out)
+        print(f"stored in {out / 'results.json'}")
+        return 0 if drawn else 1
+    with run_folder_lock(run_dir, "--run"):
+        return _add_bands(cfg, cases, run_dir, edges, device)
+
+
+def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
+    """The bands of the selected cases recorded ok in `run_dir`, against its whole-batch medians."""
+    data = read_results(run_dir)
+    recorded = {c["id"]: c for c in data["cases"] if c.get("status") == "ok"}
+    todo = [c for c in cases if c.id in recorded]
+    if not todo:
+        raise UsageError(f"--run {run_dir}: none of the selected cases is recorded ok there")
+    m = cfg.model
+    gate = {"tolerance": m.correctness.tolerance, "max_check_seqs": m.correctness.max_check_seqs}
+    writer = ResultsWriter.of(run_dir, data)
+    for w, group in groupby(todo, key=lambda c: c.workload):
+        q, kv = w.lengths()
+        for case in group:
+            rec = recorded[case.id]
+            provider = get_provider(case.provider.name, case.provider.options or None)
+            print(f"length bands of {case.id} ...", flush=True)
+            bands = case_bands(
+                case,
+                provider,
+                q,
+                kv,
+                edges,
+                device,
+                lambda fn: time_call(fn, m.timing, device),
+                gate if m.correctness.enabled else None,
+                rec.get("median_ms"),
+                rec.get("kernel_config"),
+            )
+            writer.update_cases({case.id: {"bands": bands}})
+    drawn = render(run_dir)
+    print(f"stored in {run_dir / 'results.json'}")
+    return 0 if drawn else 1

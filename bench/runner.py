@@ -23,14 +23,16 @@ import torch
 from bench import env as envmod
 from bench.calibrate import calibrate_copy, calibrate_gemm
 from bench.case_power import CasePower
+from bench.case_profiling import CaseProfiling
 from bench.cases import Case, Workload
 from bench.config import LoadedConfig
 from bench.gate import correctness
 from bench.monitor import PowerMonitor
+from bench.profiling_config import sections_record
 from bench.progress import Progress, format_rate
 from bench.resources import Shape, batch_need, case_need, free_bytes, skip_reason
 from bench.signals import interrupts
-from bench.timing import Samples, sync_for, time_cpu, time_cuda
+from bench.timing import Samples, sync_for, time_call
 from kernels.registry import Provider, get_provider
 from results.files import ResultsWriteError, ResultsWriter, atomic_write, read_results
 from results.power_csv import append_timeline, power_csv_text, read_power_text
@@ -66,6 +68,7 @@ class Runner:
         existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
         self.writer = ResultsWriter(self.run_dir, self.meta(), existing)
         self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
+        self.profiling = CaseProfiling(self.settings, device, self.time)  # the views after the samples (§5)
         self.progress = Progress(0, False, log)
         self.interrupted = False
 
@@ -99,6 +102,7 @@ class Runner:
             "timing": self.settings.timing.model_dump(),
             "correctness": self.settings.correctness.model_dump(),
             "power_config": self.settings.power.model_dump(),
+            "profiling_config": sections_record(self.settings),
         }
 
     def say(self, line: str) -> None:
@@ -186,20 +190,7 @@ class Runner:
         )
 
     def time(self, fn) -> Samples:
-        t = self.settings.timing
-        if self.device.type == "cuda":
-            with torch.cuda.device(self.device):
-                return time_cuda(
-                    fn,
-                    warmup_ms=t.warmup_ms,
-                    rep_ms=t.rep_ms,
-                    min_reps=t.min_reps,
-                    max_reps=t.max_reps,
-                    flush_l2=t.flush_l2,
-                    cuda_graph=t.cuda_graph,
-                    device=self.device,
-                )
-        return time_cpu(fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
+        return time_call(fn, self.settings.timing, self.device)
 
     def too_big(self, case: Case, batch) -> str | None:
         """The `skipped` reason of a case whose working set does not fit in the free memory (bench.resources)."""
@@ -255,6 +246,7 @@ class Runner:
                 status="ok",
             )
             self.power.after_samples(case, rec, fn, flops)
+            self.profiling.after_samples(case, rec, fn, provider, batch)
         except torch.cuda.OutOfMemoryError as exc:
             rec.update(status="failed", error=f"out of memory: {one_line(exc)}", times_ms=[])
         except KeyboardInterrupt:
@@ -310,6 +302,7 @@ class Runner:
                 self._calibrate()
                 for w, group in groupby(todo, key=lambda c: c.workload):
                     self._run_workload(w, list(group), counts)
+                self.profiling.after_sweep(cases, self.writer, self.run_dir, self.say)
             except KeyboardInterrupt:
                 self.interrupted = True
                 self.progress.close()  # the bar first: the line below must not land inside it

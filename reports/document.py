@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from results.metric_row import Metric
+
 DASH = "—"
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -34,8 +36,8 @@ def fmt(v: Any, kind: str = "") -> str:
             return DASH
         return " ".join(f"{k}={Path(x).name if k == 'path' and isinstance(x, str) else x}" for k, x in v.items())
     if kind == "str" or not isnum(v):
-        if isinstance(v, (list, tuple)):
-            return ", ".join(str(x) for x in v) if v else DASH
+        if isinstance(v, (list, tuple)):  # a tile reads 128×128
+            return ("×" if kind == "tile" else ", ").join(str(x) for x in v) if v else DASH
         s = str(v)
         return s if s.strip() else DASH
     x = float(v)
@@ -45,6 +47,8 @@ def fmt(v: Any, kind: str = "") -> str:
         return f"{x:.4g}"
     if kind == "pct":
         return f"{100 * x:.1f}%"
+    if kind == "percent":  # already in percent (Nsight Compute's figures)
+        return f"{x:.1f}%"
     if kind == "x":
         return f"{x:.2f}×"
     if kind == "whole":
@@ -60,6 +64,15 @@ def fmt(v: Any, kind: str = "") -> str:
     if kind == "sci":
         return f"{x:.2e}"
     return f"{x:.4g}"
+
+
+def cell(m: Metric, row: Any) -> str:
+    """A row's value of metric `m` (a frame row or a dict) as a table cell; a range when `m` spans to
+    another metric."""
+    if m.span_to:
+        low, high = row.get(m.name), row.get(m.span_to)
+        return f"{fmt(low, m.cell_format)}–{fmt(high, m.cell_format)}" if isnum(low) else DASH
+    return fmt(row.get(m.name), m.cell_format)
 
 
 def fmt_date(s: Any) -> str:

@@ -1,7 +1,8 @@
 """The sections of a run's report, built once and written as Markdown and as HTML (reports.render).
 
-Overview (counts, warnings) · environment · summary per shape · plots · failures and skips · workload
-statistics · every case. Softmax providers are labelled "(softmax)" everywhere.
+Overview (counts, warnings) · environment · summary per shape · plots · where the time goes (reports.profiling:
+when a case has a kernel breakdown, counters or bands) · failures and skips · workload statistics · every
+case. Softmax providers are labelled "(softmax)" everywhere.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import pandas as pd
 
 from kernels.registry import MODES
 from reports.cpu_notes import cpu_banner, ratios_shown
-from reports.document import DASH, Image, Section, Table, fmt, fmt_date, isnum
+from reports.document import DASH, Image, Section, Table, cell, fmt, fmt_date, isnum
 from reports.environment import environment_table
 from reports.plots import load_plot_modules
 from reports.plots.registry import registered
+from reports.profiling import profiling_section
 from results.frame import provider_label
-from results.metrics import WORKLOAD_METRICS, Metric, shown_in
+from results.metrics import WORKLOAD_METRICS, shown_in
 from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
 
 # ------------------------------------------------------------------------------------------- sections
@@ -77,15 +79,6 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
     if mon is not None and mon.get("available") is False:
         out.append(f"No power data: {mon.get('unavailable_reason') or 'monitor unavailable'}.")
     return out
-
-
-def cell(m: Metric, row: Any) -> str:
-    """A row's value of metric `m` (a frame row or a dict) as a table cell; a range when `m` spans to
-    another metric."""
-    if m.span_to:
-        low, high = row.get(m.name), row.get(m.span_to)
-        return f"{fmt(low, m.cell_format)}–{fmt(high, m.cell_format)}" if isnum(low) else DASH
-    return fmt(row.get(m.name), m.cell_format)
 
 
 def _summary(cases: pd.DataFrame, baseline: str | None, ratios: bool = True) -> Table:
@@ -239,9 +232,12 @@ def build_sections(
         "Workload statistics",
         [
             "Padding waste 1−ΣL/(B·maxL); FLOP waste 1−ΣLqLk/(B·maxLq·maxLk); imbalance max(LqLk)/mean(LqLk); "
-            "top-1% share: fraction of the work in the largest 1% of sequences.",
+            "top-1% share: fraction of the work in the largest 1% of sequences; tile efficiency at a t×t tile: "
+            "useful over computed score area, ΣLqLk / Σ⌈Lq/t⌉t·⌈Lk/t⌉t (causal: unmasked pairs over the computed "
+            "tiles' pairs).",
             _workload_table(workloads, cases),
         ],
     )
     allc = Section("All cases", [_cases_table(cases, ratios)])
-    return title, [top, env, summ, plots, fails, wl, allc]
+    where = profiling_section(cases)
+    return title, [top, env, summ, plots, *([where] if where else []), fails, wl, allc]

@@ -171,8 +171,8 @@ def flatten_case(case: dict) -> dict:
 
 
 def csv_frame(cases: list[dict]) -> pd.DataFrame:
-    """results.csv: the flat rows, `times_ms` replaced by `n_samples`, other lists joined with "|", and no
-    column that is empty in every row."""
+    """results.csv: the flat rows, `times_ms` replaced by `n_samples`, other lists joined with "|" (lists of
+    records as JSON), and no column that is empty in every row."""
     df = flatten_cases(cases)
     if df.empty:
         return pd.DataFrame({"id": []})
@@ -183,8 +183,15 @@ def csv_frame(cases: list[dict]) -> pd.DataFrame:
         df.insert(pos, "n_samples", n)
     for col in df.columns:
         if df[col].map(lambda v: isinstance(v, list)).any():
-            df[col] = df[col].map(lambda v: "|".join(map(str, v)) if isinstance(v, list) else v)
+            df[col] = df[col].map(_csv_list)
     return df.dropna(axis=1, how="all")
+
+
+def _csv_list(v: Any) -> Any:
+    """A list cell of results.csv: values joined with "|"; a list of records as JSON."""
+    if not isinstance(v, list):
+        return v
+    return _as_text(v) if _records(v) else "|".join(map(str, v))
 
 
 def write_parquet(cases: list[dict], path: Path) -> Path:
@@ -198,7 +205,8 @@ def write_parquet(cases: list[dict], path: Path) -> Path:
             continue
         values = [v for v in df[col] if not _missing(v)]
         kinds = {type(v) for v in values}
-        if dict in kinds or (len(kinds) > 1 and not kinds <= {int, float}):
+        # a list of records (`kernels.rows`, `bands.rows`) is JSON text: its records differ in their keys
+        if dict in kinds or any(_records(v) for v in values) or (len(kinds) > 1 and not kinds <= {int, float}):
             df[col] = df[col].map(lambda v: None if _missing(v) else _as_text(v))
     df = df.dropna(axis=1, how="all")
     tmp = temp_name(Path(path))
@@ -214,6 +222,11 @@ def write_parquet(cases: list[dict], path: Path) -> Path:
 
 def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _records(v: Any) -> bool:
+    """A non-empty list of dicts (a table inside a case: `kernels.rows`, `bands.rows`, `counters.kernels`)."""
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
 
 
 def _as_text(v: Any) -> str:

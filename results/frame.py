@@ -102,7 +102,7 @@ def cases_frame(cases: Iterable[dict], meta: dict | None = None, baseline: str |
     for col in [c for c in keys.columns if c in df.columns]:  # in place: the record's column order stays
         df[col] = keys[col]
     missing = {
-        m.name: pd.Series([[] if m.kind == "list" else None for _ in range(len(df))], index=df.index, dtype=object)
+        m.name: pd.Series([[] if m.kind in ("list", "table") else None for _ in df.index], index=df.index, dtype=object)
         for m in metrics.frame_columns()
         if m.name not in df.columns and m.name not in keys.columns
     }
@@ -128,6 +128,20 @@ def cases_frame(cases: Iterable[dict], meta: dict | None = None, baseline: str |
         if m.derive is not None:
             df[m.name] = m.derive(df, meta)
     return df.copy()  # one block per dtype again after the columns added one by one
+
+
+def table_frame(cases: pd.DataFrame, table: str, keep: Iterable[str] = ("id", "label")) -> pd.DataFrame:
+    """A table inside the cases (`kernels.rows`, `bands.rows`, `counters.kernels`) in long form: one row per
+    entry, the case's `keep` columns first, then every column the metric table declares for it (named
+    `table.column`; missing values None), in entry order."""
+    keep, columns = list(keep), [m.name for m in metrics.table_columns(table)]
+    rows = [
+        {**{k: case[k] for k in keep}, **{c: entry.get(c.rsplit(".", 1)[1]) for c in columns}}
+        for _, case in (cases.iterrows() if len(cases) and table in cases else [])
+        for entry in (case[table] if isinstance(case[table], list) else [])
+        if isinstance(entry, dict)
+    ]
+    return pd.DataFrame(rows, columns=[*keep, *columns])
 
 
 def baseline_provider(meta: dict, override: str | None = None) -> str | None:

@@ -3,12 +3,14 @@ every workload statistic a report shows, declared once (docs/DESIGN.md §6).
 
 One row drives everything about its field:
 - the case record: `results.record.new_case_record` starts every always-present field empty, and
-  `results.record.check_case_record` refuses a field (or a block's key) no row declares, so the record
-  cannot drift from this table;
+  `results.record.check_case_record` refuses a field (or a block's key, or a table's column) no row
+  declares, so the record cannot drift from this table;
 - the results frame (`results.frame`): every scalar row is a column, numeric rows are floats, and a row with
-  `derive` is computed there, in table order (so a row may use the rows above it);
-- the report's tables (`reports.sections`): a row lists the views that show it (`shown`), in table order,
-  under its `header`, formatted by its `fmt`;
+  `derive` (results.derived) is computed there, in table order (so a row may use the rows above it); a
+  table inside a case (`kernels.rows`) is one column, and `results.frame.table_frame` its long form;
+- the report's tables (`reports.sections`, `reports.profiling`): a row lists the views that show it
+  (`shown`), in table order, under its `header`, formatted by its `fmt`; a table's columns form the long
+  table of their view (one row per kernel, per band);
 - the docs: DESIGN.md §6's field reference is `field_reference()` (`gdpa-bench fields`), checked by a test.
 
 To add a metric, add a row here (and a test of its value); e.g. the achieved share of the HBM bandwidth:
@@ -20,144 +22,25 @@ To add a metric, add a row here (and a test of its value); e.g. the achieved sha
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from results import derived
+from results.figures import intensity, min_bytes, speedup_vs_baseline
+from results.metric_row import Metric
 
-import numpy as np
-import pandas as pd
-
-from results.figures import (
-    ceiling_for,
-    energy_per_call,
-    intensity,
-    min_bytes,
-    number,
-    speedup_vs_baseline,
-    tflops,
-    tflops_per_watt,
-    utilization,
-)
-from results.power import power_flags
-
-VIEWS = ("summary", "cases", "workloads")  # the report's tables (reports.sections)
-KINDS = ("number", "text", "flag", "list", "object", "block")
-# how a unit reads in a table cell (reports.document.fmt), unless a row says otherwise
-UNIT_FORMATS = {
-    "TFLOP/s": "tflops",
-    "ms": "ms",
-    "fraction": "pct",
-    "×": "x",
-    "W": "whole",
-    "MHz": "whole",
-    "FLOP/B": "whole",
-    "J": "sci",
-    "TFLOP/s/W": "frac",
-    "count": "int",
-    "tokens": "int",
-}
-Derive = Callable[[pd.DataFrame, dict], "pd.Series | np.ndarray"]
 # tile efficiency at a t×t tile (workloads.stats.tile_efficiency; docs/DESIGN.md §4)
 TILE_EFF = "ΣLqLk / Σ⌈Lq/{t}⌉{t}·⌈Lk/{t}⌉{t} (causal: unmasked over computed tiles' pairs)"
 
 
-@dataclass(frozen=True)
-class Metric:
-    """One field: `name` is its path in the record (`power.avg_w`: key `avg_w` of the block `power`) and its
-    frame column. `source` says what writes it: a stage of the runner (`config`, `provider`, `gate`,
-    `timer`, `monitor`, `energy loop`, `overhead check`, `runner`), `lengths` (the statistics of the drawn
-    lengths: workloads.stats), `profile`, `merge`, or `frame` (derived when results are read). `kind`:
-    number, text, flag, list, object (kept whole), block (a dict whose keys are the rows `name.*`).
-    `optional`: present only where it applies (else every record has it, empty until set)."""
-
-    name: str
-    unit: str
-    source: str
-    formula: str
-    description: str
-    shown: tuple[str, ...] = ()
-    header: str = ""
-    kind: str = "number"
-    fmt: str = ""
-    optional: bool = False
-    derive: Derive | None = None
-    span_to: str = ""  # a cell showing this row and another as a range ("p20–p80 ms")
-
-    @property
-    def block(self) -> str | None:
-        """The block this row is a key of (`power` for `power.avg_w`), None at the top level."""
-        return self.name.split(".", 1)[0] if "." in self.name else None
-
-    @property
-    def key(self) -> str:
-        return self.name.split(".", 1)[-1]
-
-    @property
-    def cell_format(self) -> str:
-        return self.fmt or UNIT_FORMATS.get(self.unit, "")
-
-    @property
-    def in_record(self) -> bool:
-        """A field of the record (or of the `workloads` entry), not a column only the frame derives."""
-        return self.source != "frame"
-
-
-def _rows_map(df: pd.DataFrame, fn: Callable[[pd.Series], float]) -> np.ndarray:
-    return np.asarray([fn(r) for _, r in df.iterrows()], dtype=float) if len(df) else np.array([], dtype=float)
-
-
-def _recorded_else(df: pd.DataFrame, computed: np.ndarray, recorded: str) -> np.ndarray:
-    """The computed figure, or the recorded one where the inputs were missing."""
-    if not len(df):
-        return computed
-    return np.where(np.isfinite(computed), computed, df[recorded].to_numpy(dtype=float))
-
-
-def _tflops(df: pd.DataFrame, meta: dict) -> np.ndarray:
-    return _recorded_else(df, tflops(df["flops"].to_numpy(), df["median_ms"].to_numpy()), "tflops")
-
-
-def _utilization(ceiling: str, column: str) -> Derive:
-    def derive(df: pd.DataFrame, meta: dict) -> np.ndarray:
-        value = meta.get(ceiling) or ({} if ceiling == "peak_tflops" else None)
-        return _recorded_else(
-            df, _rows_map(df, lambda r: utilization(r["tflops"], ceiling_for(value, r["dtype"]))), column
-        )
-
-    return derive
-
-
-def _power_of(row: pd.Series) -> dict:
-    """A frame row's `power.*` columns as the case's `power` dict (missing values None)."""
-    missing = lambda v: v is None or (isinstance(v, float) and math.isnan(v))
-    return {k[len("power.") :]: None if missing(v) else v for k, v in row.items() if k.startswith("power.")}
-
-
-def _flag(name: str) -> Derive:
-    return lambda df, meta: np.asarray([bool(power_flags(_power_of(r))[name]) for _, r in df.iterrows()], dtype=bool)
-
-
-def _energy(df: pd.DataFrame, meta: dict) -> np.ndarray:
-    estimate = _rows_map(df, lambda r: energy_per_call(r["power.avg_w"], r["median_ms"]) if r["ok"] else math.nan)
-    return np.where(df["power.energy_j_per_call"].notna(), df["power.energy_j_per_call"], estimate)
-
-
-def _per_watt(df: pd.DataFrame, meta: dict) -> np.ndarray:
-    estimate = _rows_map(df, lambda r: tflops_per_watt(r["tflops"], r["power.avg_w"]))
-    return np.where(df["power.tflops_per_w"].notna(), df["power.tflops_per_w"], estimate)
-
-
-# The rows in display order: a view shows its rows in this order, and a block's keys are in record order.
+WHERE = ("kernels", "counters", "bands")  # the views of "Where the time goes", one row per case
 # fmt: off
 METRICS: tuple[Metric, ...] = (
     Metric("id", "", "config", "", "`<set>/<mode>/L=<max_len>/<axis>=<value>.../<label>`: the case's name", kind="text",
-      shown=("cases",), header="case"),
+      shown=("cases", *WHERE), header="case"),
     Metric("set", "", "config", "", "the config's set (a sweep of workloads)", kind="text"),
     Metric("max_len", "tokens", "config", "", "the largest length the set's length family draws (L)", fmt="len"),
     Metric("sweep", "", "config", "", "{axis: value} of every swept axis besides L", kind="object"),
     Metric("provider", "", "config", "", "the provider's label (the config's; default its registry name)", kind="text"),
     Metric("label", "", "frame", "provider, + ' (softmax)' for softmax providers",
-      "how tables and legends name the provider", kind="text", shown=("cases",), header="provider"),
+      "how tables and legends name the provider", kind="text", shown=("cases", "kernels"), header="provider"),
     Metric("provider_name", "", "config", "", "the provider's registry name", kind="text"),
     Metric("provider_options", "", "provider", "", "the options in force (`options_record()`); null without options",
       kind="object"),
@@ -199,7 +82,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("flops", "FLOP", "runner", "4·H·D·Σ unmasked pairs; bwd ×2.5, fwd_bwd ×3.5",
       "useful FLOPs per call, the peers' convention (docs/DESIGN.md §3)", fmt="sci"),
     Metric("times_ms", "ms", "timer", "", "every timed sample, in measurement order", kind="list"),
-    Metric("median_ms", "ms", "timer", "median of times_ms", "time per call", shown=("cases",), header="median ms"),
+    Metric("median_ms", "ms", "timer", "median of times_ms", "time per call", shown=("cases", "kernels"),
+      header="median ms"),
     Metric("p20_ms", "ms", "timer", "20th percentile of times_ms", "a fast call", shown=("cases",), header="p20–p80 ms",
       span_to="p80_ms"),
     Metric("p80_ms", "ms", "timer", "80th percentile of times_ms", "a slow call"),
@@ -211,12 +95,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("sm_clock_mhz", "MHz", "monitor", "median SM clock of the sampler's readings during the samples",
       "the clock the samples ran at (compare normalises by it); null without the monitor"),
     Metric("tflops", "TFLOP/s", "timer", "flops / (median_ms · 1e-3) / 1e12", "achieved rate (results.figures.tflops)",
-      shown=("summary", "cases"), header="TFLOP/s", derive=_tflops),
+      shown=("summary", "cases", "bands"), header="TFLOP/s", derive=derived.tflops_column),
     Metric("util_peak", "fraction", "timer", "tflops / meta.peak_tflops[dtype]", "share of the datasheet dense peak",
-      shown=("summary", "cases"), header="util peak", derive=_utilization("peak_tflops", "util_peak")),
+      shown=("summary", "cases"), header="util peak", derive=derived.utilization_column("peak_tflops", "util_peak")),
     Metric("util_measured", "fraction", "timer", "tflops / meta.measured_gemm_tflops",
       "share of the GEMM ceiling measured in the run", shown=("summary", "cases"), header="util GEMM",
-      derive=_utilization("measured_gemm_tflops", "util_measured")),
+      derive=derived.utilization_column("measured_gemm_tflops", "util_measured")),
     # the workload block's tile efficiencies, shown next to the utilization (issue 22); recorded after its other keys
     Metric("workload.tile_eff_64", "fraction", "lengths", TILE_EFF.format(t=64),
       "share of the score area a 64×64-tile kernel computes that is useful", shown=("cases",), header="tile eff 64"),
@@ -236,14 +120,15 @@ METRICS: tuple[Metric, ...] = (
     Metric("correctness.per_tensor", "", "gate", "", "{out[, dq, dk, dv]: rel_err}", kind="object"),
     Metric("correctness.checked_seqs", "count", "gate", "", "sequences compared with the reference"),
     Metric("energy_j_per_call", "J", "frame", "power.energy_j_per_call, else power.avg_w · median_ms / 1000",
-      "energy per call", shown=("summary", "cases"), header="J/call", derive=_energy),
+      "energy per call", shown=("summary", "cases"), header="J/call", derive=derived.energy_column),
     Metric("power_w", "W", "frame", "power.avg_w_from_energy, else power.avg_w (results.power.headline_w)",
       "the one power figure a report shows", shown=("summary", "cases"), header="W (energy counter)",
-      derive=lambda df, meta: _rows_map(df, lambda r: number(power_flags(_power_of(r))["headline_w"]))),
+      derive=derived.headline_column),
     Metric("power_above_cap", "", "frame", "power.above_cap", "flagged above the cap + 3%", kind="flag",
-      derive=_flag("above_cap")),
+      derive=derived.power_flag("above_cap")),
     Metric("power_estimators_apart", "", "frame", "power.estimators_disagree",
-      "flagged: the two power estimators more than 5% apart", kind="flag", derive=_flag("estimators_disagree")),
+      "flagged: the two power estimators more than 5% apart", kind="flag",
+      derive=derived.power_flag("estimators_disagree")),
     Metric("power", "", "energy loop", "", "power during the energy loop (docs/DESIGN.md §5); null without the monitor",
       kind="block"),
     Metric("power.n_samples", "count", "energy loop", "", "sampler readings in the window"),
@@ -251,7 +136,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("power.peak_w", "W", "energy loop", "max of the readings", "the highest reading", shown=("cases",),
       header="peak W"),
     Metric("tflops_per_w", "TFLOP/s/W", "frame", "power.tflops_per_w, else tflops / power.avg_w", "efficiency",
-      shown=("cases",), header="TFLOP/s/W", derive=_per_watt),
+      shown=("cases",), header="TFLOP/s/W", derive=derived.per_watt_column),
     Metric("power.frac_at_cap", "fraction", "energy loop", "share of readings with power ≥ 0.97·cap or sw_power_cap",
       "how much of the loop ran at the power cap", shown=("summary", "cases"), header="at cap"),
     Metric("power.frac_power_at_cap", "fraction", "energy loop", "share of readings with power ≥ 0.97·cap",
@@ -300,9 +185,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("wall_s", "s", "runner", "", "wall time of the whole case (gate, build, timing, energy loop)", fmt="ms"),
     Metric("min_bytes", "B", "frame", "elem · (2Q + 2K) fwd, (3Q + 4K) bwd, both for fwd_bwd",
       "compulsory HBM traffic (results.figures.min_bytes)", fmt="sci",
-      derive=lambda df, meta: _rows_map(df, min_bytes)),
+      derive=lambda df, meta: derived.rows_map(df, min_bytes)),
     Metric("intensity", "FLOP/B", "frame", "flops / min_bytes", "arithmetic intensity", shown=("cases",),
-      header="FLOP/B", derive=lambda df, meta: _rows_map(df, lambda r: intensity(r["flops"], r["min_bytes"]))),
+      header="FLOP/B", derive=lambda df, meta: derived.rows_map(df, lambda r: intensity(r["flops"], r["min_bytes"]))),
     Metric("error", "", "runner", "", "null, or why the case is not ok (one line)", kind="text", shown=("cases",),
       header="error"),
     Metric("monitor_overhead", "", "overhead check", "", "the case timed again with the sampler stopped", kind="block",
@@ -310,12 +195,131 @@ METRICS: tuple[Metric, ...] = (
     Metric("monitor_overhead.median_ms_with", "ms", "overhead check", "", "median with the sampler on"),
     Metric("monitor_overhead.median_ms_without", "ms", "overhead check", "", "median with it stopped"),
     Metric("monitor_overhead.overhead", "fraction", "overhead check", "with / without − 1", "what monitoring costs"),
-    Metric("tc_util_ncu", "fraction", "profile", "sm__pipe_tensor_op_hmma_cycles_active (% of peak sustained)",
-      "tensor-pipe activity read by Nsight Compute", optional=True),
+    # Where the time goes (docs/DESIGN.md §5): the kernels of a call, Nsight Compute per kernel, the length bands
+    Metric("kernels", "", "breakdown", "", "the kernels one call launches: a profiler pass after the samples "
+      "(bench.breakdown; GPU runs by default)", kind="block", optional=True),
+    Metric("kernels.source", "", "breakdown", "", "cuda (CUPTI) · cpu (the CPU profiler's ops)", kind="text"),
+    Metric("kernels.profiled_calls", "count", "breakdown", "", "calls profiled (one warm call before them)"),
+    Metric("kernels.sum_ms", "ms", "breakdown", "Σ rows.ms", "kernel time per call", shown=("kernels",),
+      header="kernel sum ms"),
+    Metric("kernels_over_median", "", "frame", "kernels.sum_ms / median_ms", "below 1: launch gaps and host work "
+      "between kernels", shown=("kernels",), header="sum / median", fmt="frac",
+      derive=derived.ratio_column("kernels.sum_ms", "median_ms")),
+    Metric("kernels.n_kernels", "launches", "breakdown", "Σ rows.calls", "kernel launches per call", shown=("kernels",),
+      header="launches"),
+    Metric("kernels_top", "", "frame", "", "the longest kernels by short name and share", kind="text",
+      shown=("kernels",), header="top kernels", derive=derived.top_kernels),
+    Metric("kernels.rows", "", "breakdown", "", "one row per kernel name, longest first (past 24: `(other)`)",
+      kind="table"),
+    Metric("kernels.rows.name", "", "breakdown", "", "the kernel as the profiler names it; memsets and copies count",
+      kind="text", shown=("kernels",), header="kernel"),
+    Metric("kernels.rows.calls", "launches", "breakdown", "", "its launches per call", shown=("kernels",),
+      header="calls per call"),
+    Metric("kernels.rows.ms", "ms", "breakdown", "", "its time per call", shown=("kernels",), header="ms per call"),
+    Metric("kernels.rows.share", "fraction", "breakdown", "ms / sum_ms", "its share of the kernel time",
+      shown=("kernels",), header="share"),
+    Metric("kernels.unattributed_ms", "ms", "breakdown", "", "GPU: device time per call no launching op claimed (~0)"),
+    Metric("kernels.error", "", "breakdown", "", "null, or why there is no breakdown (the case stays ok)", kind="text",
+      shown=("kernels",), header="breakdown error"),
+    Metric("counters", "", "profile", "", "Nsight Compute over one call, clocks untouched (bench.counters; config "
+      "`counters.only`, `gdpa-bench profile`)", kind="block", optional=True),
+    Metric("counters.status", "", "profile", "", "ok · skipped (no ncu, no counter permission, a CPU run) · failed",
+      kind="text", shown=("counters",), header="ncu"),
+    Metric("counters.tensor_pct", "%", "profile", "duration-weighted kernels.tensor_pct",
+      "tensor-pipe activity over the call's kernels", shown=("counters",), header="tensor pipe"),
+    Metric("counters.duration_ms", "ms", "profile", "Σ kernels.duration_ms", "kernel time of the call under ncu",
+      shown=("counters",), header="kernel ms"),
+    Metric("counters.intensity", "FLOP/B", "profile", "flops / dram_bytes", "measured arithmetic intensity (the "
+      "roofline's star)", shown=("counters",), header="FLOP/B (DRAM)"),
+    Metric("counters.tflops", "TFLOP/s", "profile", "flops / duration_ms", "useful FLOPs over the kernel time",
+      shown=("counters",), header="TFLOP/s (kernels)"),
+    Metric("counters.reason", "", "profile", "", "null, or why not ok (one line)", kind="text", shown=("counters",),
+      header="reason"),
+    Metric("counters.kernels", "", "profile", "", "one row per kernel of the call, in launch order", kind="table"),
+    Metric("counters.kernels.name", "", "profile", "", "the kernel", kind="text", shown=("counters",), header="kernel"),
+    Metric("counters.kernels.duration_ms", "ms", "profile", "gpu__time_duration", "its duration", shown=("counters",),
+      header="ms"),
+    Metric("counters.kernels.tensor_pct", "%", "profile", "sm__pipe_tensor_op_hmma_cycles_active (% of peak sustained "
+      "active)", "tensor-pipe activity", shown=("counters",), header="tensor pipe"),
+    Metric("counters.kernels.sm_pct", "%", "profile", "sm__throughput (% of peak)", "SM throughput",
+      shown=("counters",), header="SM"),
+    Metric("counters.kernels.dram_pct", "%", "profile", "dram__throughput (% of peak)", "DRAM throughput",
+      shown=("counters",), header="DRAM"),
+    Metric("counters.kernels.occupancy_pct", "%", "profile", "sm__warps_active (% of peak sustained active)",
+      "achieved occupancy", shown=("counters",), header="occupancy"),
+    Metric("counters.kernels.registers", "count", "profile", "launch__registers_per_thread", "registers per thread",
+      shown=("counters",), header="regs"),
+    Metric("counters.kernels.local_ld", "count", "profile", "smsp__sass_inst_executed_op_local_ld.sum",
+      "local-memory loads (register spills or local arrays)", shown=("counters",), header="local ld"),
+    Metric("counters.kernels.local_st", "count", "profile", "smsp__sass_inst_executed_op_local_st.sum",
+      "local-memory stores", shown=("counters",), header="local st"),
+    Metric("counters.kernels.dram_bytes", "B", "profile", "dram__bytes_read.sum + dram__bytes_write.sum",
+      "DRAM traffic", fmt="sci", shown=("counters",), header="DRAM bytes"),
+    Metric("counters.kernels.sm_clock_mhz", "MHz", "profile", "sm__cycles_elapsed.avg.per_second", "its SM clock"),
+    Metric("counters.dram_bytes", "B", "profile", "Σ kernels.dram_bytes", "DRAM traffic of the call", fmt="sci"),
+    Metric("counters.sm_clock_mhz", "MHz", "profile", "duration-weighted kernels.sm_clock_mhz", "the SM clock"),
+    Metric("counters.report", "", "profile", "", "the kept .ncu-rep (`counters.keep`, `profile --keep`)", kind="text"),
+    Metric("tc_util_ncu", "fraction", "profile", "counters.tensor_pct / 100", "tensor-pipe activity read by Nsight "
+      "Compute (also in runs before `counters`)", optional=True),
     Metric("ncu_sm_clock_mhz", "MHz", "profile", "", "the SM clock under Nsight Compute", optional=True),
-    Metric("ncu_kernels", "", "profile", "", "the kernels profiled", kind="object", optional=True),
+    Metric("ncu_kernels", "", "profile", "", "the kernels profiled (runs before `counters`)", kind="object",
+      optional=True),
     Metric("ncu_duration_ms", "ms", "profile", "", "their total duration", optional=True),
     Metric("ncu_report", "", "profile", "", "the kept .ncu-rep file", kind="text", optional=True),
+    Metric("bands", "", "bands", "", "the batch split by min(Lq, Lk), each band timed alone (bench.bands; config "
+      "`bands.only`, `profile --bands`)", kind="block", optional=True),
+    Metric("bands.key", "", "bands", "", "what a sequence is banded by: min(Lq, Lk)", kind="text"),
+    Metric("bands.edges", "tokens", "bands", "", "e1 < e2 < ...: the bands [0, e1), ..., [e_last, ∞)", kind="list"),
+    Metric("bands.sum_ms", "ms", "bands", "Σ rows.median_ms", "the bands' medians summed (null unless every band "
+      "with sequences was timed)", shown=("bands",), header="bands sum ms"),
+    Metric("bands.whole_ms", "ms", "bands", "median_ms", "the whole batch's median", shown=("bands",),
+      header="whole ms"),
+    Metric("bands.sum_over_whole", "", "bands", "sum_ms / whole_ms", "above 1: the bands apart cost more than the "
+      "batch (tails, launches)", fmt="frac", shown=("bands",), header="sum / whole"),
+    Metric("bands.tile", "tokens", "bands", "", "the (query, key) tile of the kernel", kind="list", fmt="tile",
+      shown=("bands",), header="tile"),
+    Metric("bands.tile_source", "", "bands", "", "the kernel_config entry it came from, else assumed (128×128)",
+      kind="text", shown=("bands",), header="tile from"),
+    Metric("bands.tile_eff", "fraction", "bands", "ΣLqLk / Σ computed pairs at tile", "the batch's tile efficiency "
+      "at the kernel's tile", shown=("bands",), header="tile efficiency"),
+    Metric("bands.long_band", "", "bands", "", "the band the kernel ran fastest", kind="text", shown=("bands",),
+      header="fastest band"),
+    Metric("bands.long_tflops", "TFLOP/s", "bands", "max rows.tflops", "the kernel's long-sequence speed",
+      shown=("bands",), header="long-sequence TFLOP/s"),
+    Metric("bands.ceiling_tflops", "TFLOP/s", "bands", "tile_eff · long_tflops", "the jaggedness ceiling: the "
+      "batch's speed if jaggedness cost only the partial tiles", shown=("bands",), header="ceiling TFLOP/s"),
+    Metric("bands_achieved", "fraction", "frame", "tflops / bands.ceiling_tflops", "the batch's speed over its "
+      "jaggedness ceiling", shown=("bands",), header="achieved / ceiling",
+      derive=derived.ratio_column("tflops", "bands.ceiling_tflops")),
+    Metric("bands.error", "", "bands", "", "null, or why the split failed", kind="text", shown=("bands",),
+      header="error"),
+    Metric("bands.rows", "", "bands", "", "one row per band, in length order (empty ones too)", kind="table"),
+    Metric("bands.rows.label", "", "bands", "", "the band: <e1, e1–e2−1, ..., ≥e_last", kind="text",
+      shown=("bands",), header="band"),
+    Metric("bands.rows.lo", "tokens", "bands", "", "its lower edge (inclusive)"),
+    Metric("bands.rows.hi", "tokens", "bands", "", "its upper edge (exclusive; null: none)"),
+    Metric("bands.rows.n_seqs", "count", "bands", "", "its sequences", shown=("bands",), header="seqs"),
+    Metric("bands.rows.seq_share", "fraction", "bands", "n_seqs / B", "its share of the sequences", shown=("bands",),
+      header="seq share"),
+    Metric("bands.rows.work_pairs", "count", "bands", "Σ work_pairs", "its work (unmasked score pairs)"),
+    Metric("bands.rows.work_share", "fraction", "bands", "work_pairs / Σ work_pairs", "its share of the work",
+      shown=("bands",), header="work share"),
+    Metric("bands.rows.tile_eff_64", "fraction", "bands", TILE_EFF.format(t=64), "its tile efficiency at 64×64"),
+    Metric("bands.rows.tile_eff_128", "fraction", "bands", TILE_EFF.format(t=128), "its tile efficiency at 128×128",
+      shown=("bands",), header="tile eff 128"),
+    Metric("bands.rows.flops", "FLOP", "bands", "as flops, on the band's lengths", "its FLOPs per call", fmt="sci"),
+    Metric("bands.rows.status", "", "bands", "", "ok · empty · incorrect (its gate failed) · failed · skipped",
+      kind="text", shown=("bands",), header="status"),
+    Metric("bands.rows.rel_err", "", "bands", "as correctness.rel_err", "its gate's relative error", fmt="sci"),
+    Metric("bands.rows.median_ms", "ms", "bands", "", "its median, timed alone", shown=("bands",), header="ms"),
+    Metric("bands.rows.p20_ms", "ms", "bands", "", "its 20th percentile"),
+    Metric("bands.rows.p80_ms", "ms", "bands", "", "its 80th percentile"),
+    Metric("bands.rows.n_samples", "count", "bands", "", "its timed samples"),
+    Metric("bands.rows.time_share", "fraction", "bands", "median_ms / sum_ms", "its share of the bands' time",
+      shown=("bands",), header="time share"),
+    Metric("bands.rows.tflops", "TFLOP/s", "bands", "flops / median_ms", "its rate", shown=("bands",),
+      header="TFLOP/s"),
+    Metric("bands.rows.error", "", "bands", "", "null, or why not ok", kind="text", shown=("bands",), header="error"),
     Metric("host", "", "merge", "", "the host that ran the case (merged runs)", kind="text", optional=True),
     Metric("node", "count", "merge", "", "its node (cluster runs)", optional=True),
     Metric("local_gpu_index", "count", "merge", "", "its GPU on that node (cluster runs)", optional=True),
@@ -325,6 +329,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("sweep_label", "", "frame", "`axis=value, ...` of sweep", "the swept values besides L", kind="text"),
 )
 # fmt: on
+TABLES = {m.name for m in METRICS if m.kind == "table"}
 # What the run's `workloads` entry holds per workload, and the statistics the report shows.
 # fmt: off
 WORKLOAD_METRICS: tuple[Metric, ...] = (
@@ -375,13 +380,26 @@ WORKLOAD_METRICS: tuple[Metric, ...] = (
 
 
 def shown_in(view: str, table: tuple[Metric, ...] | None = None) -> list[Metric]:
-    """The rows a report view shows, in order."""
-    return [m for m in (METRICS if table is None else table) if view in m.shown]
+    """The rows a report view shows, in order: one per case (`table` None: no table's columns), or
+    `table`'s rows (e.g. `table_columns("kernels.rows")`: one per kernel)."""
+    rows = [m for m in METRICS if m.block not in TABLES] if table is None else table
+    return [m for m in rows if view in m.shown]
+
+
+def table_columns(name: str) -> tuple[Metric, ...]:
+    """The columns of the table `name` (a row of kind table), in order."""
+    return tuple(m for m in METRICS if m.block == name)
 
 
 def frame_columns() -> list[Metric]:
-    """The results frame's columns: every row but the blocks and the objects kept whole."""
-    return [m for m in METRICS if m.kind not in ("block", "object")]
+    """The results frame's columns: every row but the blocks, the objects kept whole and a table's columns
+    (a table is one column of lists; results.frame.table_frame makes it long)."""
+    return [m for m in METRICS if m.kind not in ("block", "object") and m.block not in TABLES]
+
+
+def metric(name: str) -> Metric:
+    """The row `name` of the case table."""
+    return next(m for m in METRICS if m.name == name)
 
 
 def field_reference() -> str:
@@ -397,7 +415,10 @@ def field_reference() -> str:
         return out
 
     groups = [
-        ("**cases** — one record per case; a block's keys are `block.key`:", [m for m in METRICS if m.in_record]),
+        (
+            "**cases** — one record per case; a block's keys are `block.key`, a table's columns `table.column`:",
+            [m for m in METRICS if m.in_record],
+        ),
         (
             "**derived when read** (`results.load_run`'s frame; not in results.json):",
             [m for m in METRICS if not m.in_record],

@@ -29,8 +29,8 @@ def new_case_record(**identity) -> dict:
 
 
 def check_case_record(rec: dict) -> None:
-    """Raise `UndeclaredField` naming the first field, or key of a block, that the metric table does not
-    declare."""
+    """Raise `UndeclaredField` naming the first field, key of a block or column of a table that the metric
+    table does not declare."""
     _check(rec, metrics.METRICS, "case record")
 
 
@@ -39,15 +39,18 @@ def check_workload_entry(entry: dict) -> None:
     _check(entry, metrics.WORKLOAD_METRICS, "workload entry")
 
 
-def _check(record: dict, table: tuple[Metric, ...], what: str) -> None:
-    declared = {m.name for m in table if m.in_record}
-    for name, value in record.items():
-        if name not in declared:
+def _check(record: dict, table: tuple[Metric, ...], what: str, parent: str = "") -> None:
+    kinds = {m.name: m.kind for m in table if m.in_record}
+    for key, value in record.items():
+        name = f"{parent}.{key}" if parent else key
+        if name not in kinds:
             raise UndeclaredField(f"{what} field {name!r} is not declared in results.metrics")
-        if isinstance(value, dict) and any(m.name == name and m.kind == "block" for m in table):
-            for key in value:
-                if f"{name}.{key}" not in declared:
-                    raise UndeclaredField(f"{what} field '{name}.{key}' is not declared in results.metrics")
+        if kinds[name] == "block" and isinstance(value, dict):
+            _check(value, table, what, name)
+        elif kinds[name] == "table" and isinstance(value, list):
+            for row in value:
+                if isinstance(row, dict):
+                    _check(row, table, what, name)
 
 
 def _known(x: float) -> float | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workloads.params import MAX_LENGTH
 from workloads.stats import STAT_TILES, tile_efficiency, work_pairs
 
 FIRST_EDGE = 64
@@ -29,14 +30,24 @@ def default_edges(max_len: int) -> list[int]:
     return edges
 
 
+def edges_for(q_lengths, kv_lengths, edges: Sequence[int] | None = None) -> list[int]:
+    """`edges` checked, or the default edges of this batch (up to its longest min(Lq, Lk))."""
+    if edges:
+        return check_edges(edges)
+    key = np.minimum(np.asarray(q_lengths, dtype=np.int64), np.asarray(kv_lengths, dtype=np.int64))
+    return default_edges(int(key.max(initial=0)))
+
+
 def check_edges(edges: Sequence) -> list[int]:
     """The edges as ints, or a one-line ValueError: positive integers, strictly increasing, at least one."""
     out = list(edges)
     if not out:
         raise ValueError("no band edges; allowed: one or more increasing positive integers, e.g. [128, 512, 1024]")
     for e in out:
-        if isinstance(e, bool) or not isinstance(e, (int, np.integer)) or e <= 0:
-            raise ValueError(f"band edge {e!r} is not a positive integer; allowed: increasing positive integers")
+        if isinstance(e, bool) or not isinstance(e, (int, np.integer)) or not 0 < e <= MAX_LENGTH:
+            raise ValueError(
+                f"band edge {e!r} is not a positive integer up to {MAX_LENGTH}; allowed: increasing positive integers"
+            )
     for a, b in itertools.pairwise(out):
         if b <= a:
             raise ValueError(f"band edges must increase: {b} comes after {a}; allowed: e.g. [128, 512, 1024]")

@@ -6,8 +6,10 @@ absolute figures are a rough guide (docs/DESIGN.md §10).
 from __future__ import annotations
 
 from bench.cases import Case, Workload
+from bench.profiling_config import profiling_cost
 from results.figures import case_flops
 from workloads import work_pairs
+from workloads.bands import band_table, edges_for
 
 # Nominal rates that turn FLOPs into seconds: an attention kernel on a datacenter GPU, the Triton
 # interpreter / eager PyTorch on a CPU.
@@ -64,4 +66,10 @@ def case_cost(case: Case, model=None) -> float:
     p = model.power
     if device == "cuda" and p.enabled and p.energy_loop_s > 0:
         cost += max(p.energy_loop_s, call_s) + (max(p.settle_s, call_s) if p.settle_s > 0 else 0.0)
-    return cost
+    return cost + profiling_cost(case.id, lambda: bands_of_case(case, model), model, call_s, device)
+
+
+def bands_of_case(case: Case, model) -> int:
+    """The non-empty length bands of a case's batch (at the config's edges, else the default ones)."""
+    q, kv = case.workload.lengths()
+    return sum(1 for r in band_table(q, kv, edges_for(q, kv, model.bands.edges)) if r["n_seqs"])

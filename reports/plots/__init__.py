@@ -10,9 +10,13 @@ nothing to draw, a PNG that says why and CSVs with headers only.
   from power.csv, the power cap and the enforced limit, samples with a throttle reason as red ticks;
   downsampled to ≤ 4000 bins per GPU when longer; the CSV holds what is drawn.
 - `roofline`: arithmetic intensity vs TFLOP/s (log-log), one point per ok case, the compute and
-  bandwidth roofs (CSV rows `kind=roof`).
+  bandwidth roofs (CSV rows `kind=roof`), and a star where Nsight Compute measured a case (`kind=case_measured`).
 - `workload_lengths` (+ `lengths_<workload>.png`, one per workload, drawn by workloads.plot): every
   workload's Q and KV length histograms; the CSV lists every sequence's lengths.
+- `kernel_breakdown`: per shape, a stacked bar per provider of the kernels one call launches (the cases'
+  `kernels`), the timed median as a line; the CSV is `kernels.rows` in long form.
+- `length_bands`: per split workload and mode, each band's share of the work, of the sequences and, per
+  provider, of the time (the cases' `bands`); the CSV is `bands.rows` in long form.
 
 Only the object-oriented Matplotlib API is used (Figure + FigureCanvasAgg): no pyplot global state.
 """

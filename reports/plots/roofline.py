@@ -1,4 +1,7 @@
-"""Roofline: arithmetic intensity vs achieved TFLOP/s with the compute and bandwidth roofs."""
+"""Roofline: arithmetic intensity vs achieved TFLOP/s with the compute and bandwidth roofs. Points are
+placed by the analytic FLOPs and compulsory bytes; where Nsight Compute read a case's counters
+(bench.counters), a star marks the measured point (useful FLOPs over the DRAM bytes moved, and over the
+kernels' time), with an arrow from the analytic one (CSV rows `kind=case_measured`)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ from results.figures import ceiling_for
 MODE_MARKERS = {"fwd": "o", "bwd": "s", "fwd_bwd": "^"}
 
 ROOFLINE_COLUMNS = tuple("kind name id provider label mode dtype flops min_bytes intensity tflops".split())
-CAPTION = "Roofline: arithmetic intensity (FLOPs over compulsory HBM bytes) vs achieved TFLOP/s."
+CAPTION = (
+    "Roofline: arithmetic intensity (FLOPs over compulsory HBM bytes) vs achieved TFLOP/s; a star: the point "
+    "Nsight Compute measured (DRAM bytes, kernel time)."
+)
 
 
 @plot("roofline", order=40, columns=ROOFLINE_COLUMNS, caption=CAPTION)
@@ -34,7 +40,8 @@ def roofline(data: PlotData, out: Path) -> Drawing:
     sheet_b, meas_b = ceiling_for(meta.get("hbm_tb_s"), None), ceiling_for(meta.get("measured_copy_tb_s"), None)
     compute = meas_c if meas_c == meas_c and meas_c > 0 else sheet_c
     bw = meas_b if meas_b == meas_b and meas_b > 0 else sheet_b
-    ai = pts["intensity"].to_numpy(dtype=float)
+    seen = pts[(pts["counters.intensity"] > 0) & (pts["counters.tflops"] > 0)]  # measured by Nsight Compute
+    ai = np.concatenate([pts["intensity"].to_numpy(dtype=float), seen["counters.intensity"].to_numpy(dtype=float)])
     lo, hi = float(ai.min()) / 3, float(ai.max()) * 3
     for c, b in ((compute, bw), (sheet_c, sheet_b)):
         if c == c and b == b and c > 0 and b > 0:
@@ -90,6 +97,14 @@ def roofline(data: PlotData, out: Path) -> Drawing:
                 linewidths=1.3,
             )
         points.append(s.assign(kind="case", name=label, provider=prov, label=label))
+    for _, r in seen.iterrows():
+        color = colors.get(r["provider"])
+        xy, xy0 = (r["counters.intensity"], r["counters.tflops"]), (r["intensity"], r["tflops"])
+        ax.annotate("", xy=xy, xytext=xy0, arrowprops=dict(arrowstyle="->", color=color, lw=0.8))
+        ax.scatter(*xy, s=110, marker="*", color=color, edgecolors="black", linewidths=0.6, zorder=3)
+    if len(seen):
+        ncu = {"min_bytes": seen["counters.dram_bytes"], "intensity": seen["counters.intensity"]}
+        points.append(seen.assign(kind="case_measured", name=seen["label"], tflops=seen["counters.tflops"], **ncu))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -111,6 +126,9 @@ def roofline(data: PlotData, out: Path) -> Drawing:
     mode_h = [
         Line2D([], [], ls="", marker=MODE_MARKERS[m], color="gray", label=m) for m in MODES if m in set(pts["mode"])
     ]
+    if len(seen):
+        label = "measured (Nsight Compute: DRAM bytes, kernel time)"
+        mode_h.append(Line2D([], [], ls="", marker="*", color="gray", markeredgecolor="black", label=label))
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(
         handles + prov_h + mode_h,

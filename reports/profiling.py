@@ -1,0 +1,86 @@
+"""The report's "Where the time goes" section (docs/DESIGN.md §5): the kernel breakdown, the Nsight Compute
+counters and the length bands of the cases that have them. Each view is a table with one row per case and
+a long table with one row per kernel or band; their columns are the metric table's views `kernels`,
+`counters` and `bands` (results.metrics), the long tables those of `kernels.rows`, `counters.kernels` and
+`bands.rows`. The plots of the same data (kernel_breakdown, length_bands) are in the Plots section."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from reports.document import Section, Table, cell
+from results.frame import table_frame
+from results.kernel_names import short_kernel_name
+from results.metrics import metric, shown_in, table_columns
+
+# Per view: the field that says a case has it, its long table, the intro and the plot that draws it.
+VIEWS = {
+    "kernels": (
+        "kernels.source",
+        "kernels.rows",
+        "Kernel breakdown",
+        "The kernels one call launches: a short profiler pass after the timed samples, the L2 flushed before "
+        "each call as in the samples, with launches and time per call (plot: kernel_breakdown). A kernel sum "
+        "below the median is launch gaps and host work between kernels.",
+    ),
+    "counters": (
+        "counters.status",
+        "counters.kernels",
+        "Hardware counters",
+        "Nsight Compute over one call per case, clocks untouched: per kernel the tensor-pipe activity, SM and "
+        "DRAM throughput (% of peak), achieved occupancy (% of the SM's warps), registers per thread and "
+        "local-memory loads and stores (register spills or local arrays); per case the duration-weighted tensor "
+        "pipe and the measured intensity (useful FLOPs / DRAM bytes) and throughput (useful FLOPs / kernel "
+        "time), which the roofline marks with a star.",
+    ),
+    "bands": (
+        "bands.key",
+        "bands.rows",
+        "Length bands",
+        "Each case's batch split by min(Lq, Lk), every band's sub-batch gated and timed alone: its share of the "
+        "sequences, the work and the time (its median over the bands' sum; plot: length_bands), and the bands' "
+        "sum against the whole batch. The jaggedness ceiling is the batch's tile efficiency at the kernel's "
+        "tile × the kernel's long-sequence speed (its fastest band): what it would reach if jaggedness cost "
+        "only the partial tiles.",
+    ),
+}
+
+
+def view_blocks(cases: pd.DataFrame, view: str) -> list:
+    """The intro, the per-case table and the long table of one view; [] when no case has it."""
+    has, table, _, intro = VIEWS[view]
+    sub = cases[cases[has].notna()] if len(cases) and has in cases else cases.iloc[0:0]
+    if sub.empty:
+        return []
+    per_case = shown_in(view)
+    status = next((i for i, m in enumerate(per_case) if m.key == "status"), None)
+    blocks: list = [
+        intro,
+        Table(
+            [m.header for m in per_case],
+            [[cell(m, r) for m in per_case] for _, r in sub.iterrows()],
+            css=view,
+            status_col=status,
+        ),
+    ]
+    columns = [metric("id"), *shown_in(view, table_columns(table))]
+    rows = table_frame(sub, table)
+    name = f"{table}.name"
+    if name in rows:  # profilers' kernel names run to hundreds of characters
+        rows[name] = rows[name].map(short_kernel_name)
+    status = next((i for i, m in enumerate(columns) if m.key == "status"), None)
+    long = Table(
+        [m.header for m in columns],
+        [[cell(m, r) for m in columns] for _, r in rows.iterrows()],
+        css=view,
+        status_col=status,
+        empty="No rows recorded.",
+    )
+    blocks.append(Section(f"{VIEWS[view][2]}: every row", [long], collapsed=view == "kernels"))
+    return blocks
+
+
+def profiling_section(cases: pd.DataFrame) -> Section | None:
+    """The section, or None when no case has a kernel breakdown, counters or bands."""
+    parts = [Section(VIEWS[v][2], blocks) for v in VIEWS if (blocks := view_blocks(cases, v))]
+    return Section("Where the time goes", parts) if parts else None
