@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help)
         command.arguments(p)
-        p.set_defaults(run=command.run)
+        p.set_defaults(handler=command.run)  # not `run`: the profile command has a --run option
     return parser
 
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.argv = argv
         command_started()  # a signal from here on stops the command cleanly (bench.signals)
-        return args.run(args)
+        return args.handler(args)
     except (ConfigError, UsageError, ResultsWriteError) as exc:
         print(f"error: {one_line(str(exc), MAX_LINE)}", file=sys.stderr)
         return EXIT_BAD_INPUT
