@@ -113,6 +113,8 @@ def cases_frame(cases: Iterable[dict], meta: dict | None = None, baseline: str |
             df[m.name] = pd.to_numeric(df[m.name], errors="coerce").astype(float)
         elif m.kind == "text":
             df[m.name] = df[m.name].astype(object)
+        elif m.kind in ("list", "table"):  # a case without it: an empty list, as for a case with none
+            df[m.name] = df[m.name].map(lambda v: v if isinstance(v, list) else [])
     # A case without a status cannot be trusted: treat it as failed; only an ok case has timings.
     df["status"] = df["status"].where(df["status"].notna(), "failed")
     df["ok"] = df["status"] == "ok"
