@@ -171,6 +171,21 @@ def test_bands_are_timed_gated_and_summed_in_a_run(tmp_path):
     assert len(pd.read_csv(out / "plots" / "length_bands.csv")) == sum(len(c["bands"]["rows"]) for c in data["cases"])
 
 
+def test_the_kernels_tile_comes_from_its_kernel_config():
+    from bench.bands import ASSUMED_TILE, kernel_tile
+
+    banded = {
+        "dispatch": {"fwd": {"backend": "triton+hopper"}},
+        "fwd [0, 512)": {"tiles": [64, 32, 4, 3, 168]},
+        "hopper_fwd [512, inf)": {"tile": [128, 128]},
+    }
+    assert kernel_tile(banded, "fwd") == ((128, 128), "kernel_config['hopper_fwd [512, inf)']")
+    assert kernel_tile({"fwd": {"tiles": [64, 32, 4, 3]}}, "fwd")[0] == (64, 32)
+    assert kernel_tile({"dkdv": {"tiles": [64, 128, 8, 3]}, "dq": {"tiles": [128, 64, 8, 3]}}, "bwd")[0] == (64, 128)
+    assert kernel_tile(None, "fwd") == (ASSUMED_TILE, "assumed (no tile recorded)")
+    assert kernel_tile({"fwd": {"tiles": [64, 32]}}, "bwd")[1].startswith("assumed")
+
+
 def test_profile_bands_adds_bands_to_a_recorded_run(tmp_path, capsys):
     cfg = config(tmp_path, modes="[fwd]")
     out = tmp_path / "run"
