@@ -13,9 +13,10 @@ On a CPU run (the Triton interpreter) the "kernels" are the CPU profiler's ops i
 each by its self time, plus the time of the call range itself outside any op (`(outside torch ops)`): the
 pipeline is exercised end to end, the figures say nothing about a GPU.
 
-The record (`kernels`, docs/DESIGN.md §6): {source: cuda | cpu, profiled_calls, sum_ms (kernel time per
-call), n_kernels (launches per call), rows: [{name, calls (per call), ms (per call), share}],
-unattributed_ms (GPU: device time per call that no launching op claimed; ~0), error}.
+The record (`kernels`, docs/DESIGN.md §6; each key and each column of `rows` a row of results.metrics):
+{source: cuda | cpu, profiled_calls, sum_ms (kernel time per call), n_kernels (launches per call), rows:
+[{name, calls (per call), ms (per call), share}], unattributed_ms (GPU: device time per call that no
+launching op claimed; ~0), error}.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ bytes, duration and SM clock. Per case: their duration-weighted tensor-pipe acti
 arithmetic intensity (useful FLOPs / DRAM bytes) and throughput (useful FLOPs / kernel time), which the
 roofline plot uses where present.
 
-The record (`counters`): {status: ok | skipped | failed, reason, kernels: [...], duration_ms, dram_bytes,
-tensor_pct, sm_clock_mhz, intensity, tflops, report}; the summary also goes to the older fields
+The record (`counters`; each key, and each column of `counters.kernels`, a row of results.metrics): {status:
+ok | skipped | failed, tensor_pct, duration_ms, intensity, tflops, reason, kernels: [...], dram_bytes,
+sm_clock_mhz, report}; the summary also goes to the older fields
 `tc_util_ncu`, `ncu_sm_clock_mhz`, `ncu_duration_ms`, `ncu_report`. No ncu, no permission to read the
 counters (ERR_NVGPUCTRPERM), or a CPU run: `skipped` with why.
 
