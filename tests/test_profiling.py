@@ -206,6 +206,8 @@ def test_bad_band_and_selection_inputs_are_one_line_exit_2(tmp_path, capsys):
     assert "--band-edges" in err
     err = run_one_line_error(["profile", str(cfg), "--only", "nothing-matches", "--bands"], capsys)
     assert "no case matches" in err
+    err = run_one_line_error(["profile", str(cfg), "--only", "naive", "--band-edges", "128"], capsys)
+    assert "--band-edges: only with --bands" in err
     bad = config(tmp_path, "bands: {only: naive, edges: [512, 128]}\n")
     err = run_one_line_error(["list", str(bad)], capsys)
     assert "bands.edges" in err and "must increase" in err and str(bad) in err
