@@ -40,6 +40,9 @@ def run(
     - `progress`: show the tqdm bar (off by default: a notebook cell shows the per-case lines).
 
     An interrupted run (KeyboardInterrupt) returns the cases finished so far, `df.attrs["interrupted"]`.
+    The sweep runs in this process: a case that faults the GPU (a sticky CUDA error, bench.faults) is a
+    `failed` row and ends the sweep, `df.attrs["context_lost"]` its error; the rest needs a new process
+    (`gdpa-bench run CONFIG --resume RUN_DIR`, which runs in worker processes and continues past a fault).
     """
     from bench.device import use_interpreter_without_gpu
 
@@ -67,5 +70,5 @@ def run(
     runner = Runner(cfg, run_dir, dev, progress=progress)
     runner.run(cases)
     _, df, _ = load_run(run_dir)
-    df.attrs.update(run_dir=str(run_dir), interrupted=runner.interrupted)
+    df.attrs.update(run_dir=str(run_dir), interrupted=runner.interrupted, context_lost=runner.context_lost)
     return df

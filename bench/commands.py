@@ -8,10 +8,12 @@ module is imported, and `--help` must not pay for torch.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from bench import options
-from bench.errors import EXIT_FAILED, UsageError
+from bench.errors import EXIT_CONTEXT_LOST, EXIT_FAILED, UsageError
 from bench.options import Command
 from results.files import ResultsWriteError
 
@@ -25,6 +27,9 @@ def _load(path):
 # ------------------------------------------------------------------------------------------------ run
 
 
+ISOLATION = ("process", "none")  # `run --isolation`: where the sweep runs (bench.shard.worker)
+
+
 def run_arguments(parser: argparse.ArgumentParser) -> None:
     options.config(parser)
     parser.add_argument("--out", help="run folder (default: <output_dir>/<config>-<UTC time>)")
@@ -33,14 +38,21 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     options.selection(parser)
     options.device(parser)
     parser.add_argument("--gpus", help="shard over GPUs: 'all' or a list like 0,1")
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION,
+        help="process: the sweep runs in a worker process, started afresh after a CUDA fault (the default on a "
+        "GPU); none: in this process, where a CUDA fault ends the run (the default on CPU)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     parser.add_argument("--case-list", help=argparse.SUPPRESS)  # internal: a shard's case ids, one per line
     parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)  # internal: the merge renders
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: bench.shard.worker
 
 
 def run(args: argparse.Namespace) -> int:
     from bench.config import default_run_dir
-    from bench.device import resolve_device
+    from bench.device import check_device, resolve_device
     from bench.rundir import check_new_run_dir, check_resume
     from bench.selection import restrict_to_list, select_cases
 
@@ -53,31 +65,38 @@ def run(args: argparse.Namespace) -> int:
     if args.force and not args.resume:
         raise UsageError("--force: only with --resume (it allows resuming a run of another config)")
     if args.gpus is not None:
+        if args.isolation is not None:
+            raise UsageError("--isolation: not with --gpus, whose workers are always restarted after a CUDA fault")
         from bench.shard import run_sharded
 
         return run_sharded(cfg, cases, args)
-    device = resolve_device(cfg.model.device, args.device)
+    check_device(cfg.model.device, args.device)
     if args.resume:
         run_dir = Path(args.resume)
         check_resume(cfg, run_dir, args.force)
     else:
         run_dir = Path(args.out) if args.out else default_run_dir(cfg)
         check_new_run_dir(run_dir, "--out" if args.out else f"{cfg.path}: output_dir:")
-    return _sweep(args, cfg, cases, device, run_dir)
+    isolation = args.isolation or ("process" if cfg.model.device == "cuda" else "none")
+    if isolation == "process" and not args.worker:
+        return _sweep_in_worker(args, cfg, run_dir)  # the worker resolves the device: no CUDA context here
+    return _sweep(args, cfg, cases, resolve_device(cfg.model.device, args.device), run_dir)
 
 
 def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
-    """The sweep and its report; Ctrl-C/SIGTERM end it with the finished cases and the report written."""
+    """The sweep in this process and its report; Ctrl-C/SIGTERM end it with the finished cases and the
+    report written. As a worker (`--worker`) it leaves the report and the closing lines to its parent."""
     from bench.reporting import render
-    from bench.rundir import resume_command
     from bench.runner import Runner
     from bench.signals import interrupts
 
+    lost = None
     with interrupts() as sig:
         try:
             print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {device} -> {run_dir}", flush=True)
             runner = Runner(cfg, run_dir, device, resume=bool(args.resume), progress=not args.no_progress)
             counts = runner.run(cases)
+            lost = runner.context_lost
             if not args.no_report:
                 try:
                     render(run_dir)
@@ -85,14 +104,67 @@ def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
                     raise ResultsWriteError.of(run_dir / "report.md", exc) from None
         except KeyboardInterrupt:  # before the sweep started, or while the report was drawn
             counts = None
+        if args.worker and lost is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_CONTEXT_LOST)  # no teardown in a process whose CUDA context is broken
+        if args.worker:
+            return 0 if sig.signum is None else sig.exit_code
         summary = ", ".join(f"{v} {k}" for k, v in sorted((counts or {}).items())) or "nothing to do"
-        if sig.signum is None:
-            print(f"done: {summary}. results: {run_dir / 'results.json'}", flush=True)
-            return 0
-        print(f"interrupted ({sig.name}): {summary}. results: {run_dir / 'results.json'}", flush=True)
-        if (run_dir / "results.json").exists():
-            print(f"to continue: {resume_command(args.argv, run_dir)}", flush=True)
-        return sig.exit_code
+        if lost is not None:
+            return _closing_lines(args, run_dir, summary, f"stopped by a CUDA fault ({lost})", EXIT_CONTEXT_LOST)
+        if sig.signum is not None:
+            return _closing_lines(args, run_dir, summary, f"interrupted ({sig.name})", sig.exit_code)
+        return _closing_lines(args, run_dir, summary)
+
+
+def _sweep_in_worker(args: argparse.Namespace, cfg, run_dir: Path) -> int:
+    """The sweep in a worker process, started afresh after each CUDA fault (bench.shard.worker), then the
+    report and the closing lines over every case of the run folder."""
+    from bench.reporting import render
+    from bench.shard.merge import rc_text
+    from bench.shard.worker import run_in_worker
+    from bench.signals import interrupts
+    from results.files import ResultsError, read_results
+
+    with interrupts() as sig:
+        try:
+            rc = run_in_worker(cfg, args, run_dir)
+        except KeyboardInterrupt:
+            rc = None
+        try:
+            cases = read_results(run_dir)["cases"]
+        except (ResultsError, OSError):
+            return sig.exit_code if rc is None else rc  # the worker stopped before it wrote anything; it said why
+        if not args.no_report:
+            render(run_dir)
+    counts: dict[str, int] = {}
+    for c in cases:
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to do"
+    if sig.signum is not None:
+        return _closing_lines(args, run_dir, summary, f"interrupted ({sig.name})", sig.exit_code)
+    if rc == EXIT_CONTEXT_LOST:  # and not started again: it recorded nothing new
+        return _closing_lines(args, run_dir, summary, "stopped by a CUDA fault (the worker's last lines)", rc)
+    if rc:
+        return _closing_lines(args, run_dir, summary, f"the worker process ended ({rc_text(rc)})", EXIT_FAILED)
+    return _closing_lines(args, run_dir, summary)
+
+
+def _closing_lines(
+    args: argparse.Namespace, run_dir: Path, summary: str, stopped: str | None = None, code: int = 0
+) -> int:
+    """`done: ...`, or why the run stopped and the command that continues it; returns `code`."""
+    from bench.rundir import resume_command
+
+    results = run_dir / "results.json"
+    if stopped is None:
+        print(f"done: {summary}. results: {results}", flush=True)
+        return code
+    print(f"{stopped}: {summary}. results: {results}", flush=True)
+    if results.exists():
+        print(f"to continue: {resume_command(args.argv, run_dir)}", flush=True)
+    return code
 
 
 # ----------------------------------------------------------------------------------- list, workloads

@@ -190,7 +190,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("workload.seed", "count", "config", "", "the seed the lengths and inputs are drawn with"),
     Metric("workload.lengths_sha256", "", "lengths", "", "a hash of the Q and KV lengths", kind="text"),
     Metric("status", "", "runner", "",
-      "`ok` timed · `incorrect` failed the gate, not timed · `failed` raised (e.g. out of memory) · "
+      "`ok` timed · `incorrect` failed the gate, not timed · `failed` raised (e.g. out of memory) or faulted the GPU · "
         "`skipped` cannot run here or unsupported",
       kind="text", shown=("cases",), header="status"),
     Metric("ok", "", "frame", "status == 'ok'", "the case was timed", kind="flag"),
