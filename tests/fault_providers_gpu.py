@@ -2,8 +2,8 @@
 in GDPA_BENCH_PROVIDERS, with tests/ on PYTHONPATH).
 
 `test_oob_store` is naive_eager, except on the case whose longest sequence is its option `fault_at`: there
-it first launches a one-program Triton kernel that stores 4 TiB past a one-element buffer, far outside any
-allocation. The GPU raises an illegal memory access, a sticky error: the process's CUDA context is lost.
+it first launches a one-program Triton kernel that stores 1 PiB past a one-element buffer, outside any
+mapping. The GPU raises an illegal memory access, a sticky error: the process's CUDA context is lost.
 """
 
 import torch
@@ -13,7 +13,7 @@ import triton.language as tl
 from kernels.naive import NaiveEager
 from kernels.registry import register
 
-FAR = 1 << 40  # fp32 elements past the buffer: 4 TiB, beyond the GPU's and the host's memory
+FAR = 1 << 48  # fp32 elements past the buffer: 1 PiB, beyond any mapping (the GPU's and the host's address space)
 
 
 @triton.jit

@@ -213,3 +213,26 @@ def test_a_worker_is_restarted_only_when_it_recorded_a_case(tmp_path):
         "--device",
         "1",
     ]
+
+
+def test_a_fault_that_surfaces_only_at_the_case_s_closing_synchronize_is_that_case_s(
+    tmp_path, fault_providers, monkeypatch, capsys
+):
+    """CUDA reports a kernel's fault at a later call: when it is the runner's free after the case, the case
+    ran "ok" but is recorded `failed` with the fault, and the sweep stops there."""
+    import bench.runner
+
+    frees = []
+
+    def free(device):
+        frees.append(device)
+        if len(frees) == 2:  # the second case's
+            raise RuntimeError("CUDA error: unspecified launch failure")
+
+    monkeypatch.setattr(bench.runner, "_free", free)
+    cfg, run = config(tmp_path), tmp_path / "run"
+    rc = main(["run", str(cfg), "--out", str(run), "--no-progress", "--no-report", "--providers", "naive_eager"])
+    assert rc == EXIT_CONTEXT_LOST, capsys.readouterr().out
+    cases = read_results(run)["cases"]
+    assert [c["status"] for c in cases] == ["ok", "failed"]
+    assert cases[1]["error"] == "RuntimeError: CUDA error: unspecified launch failure"

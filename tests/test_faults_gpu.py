@@ -25,7 +25,7 @@ name: gpu-faults
 device: cuda
 providers: [naive_eager, {{name: test_oob_store, options: {{fault_at: {FAULT_AT}}}}}]
 modes: [fwd, bwd]
-timing: {{warmup_ms: 25, rep_ms: 200, min_reps: 20}}
+timing: {{warmup_ms: 100, rep_ms: 200, min_reps: 20}}
 power: {{enabled: false}}
 hardware: {{calibrate: false}}
 sets:
