@@ -46,6 +46,10 @@ def run(
     Bad input raises `ConfigError` / `UsageError` (both ValueErrors) before anything is written; a run
     folder another process is writing is refused the same way (bench.runlock). An interrupted run
     (KeyboardInterrupt) returns the cases finished so far, `df.attrs["interrupted"]`.
+    The sweep runs in this process: a case that faults the GPU (a sticky CUDA error, bench.faults) is a
+    `failed` row and ends the sweep, `df.attrs["context_lost"]` its error; the rest needs a new process
+    (`resume=` from a fresh Python, or `gdpa-bench run CONFIG --resume RUN_DIR`, which runs in worker
+    processes and continues past a fault).
     """
     from bench.device import use_interpreter_without_gpu
 
@@ -89,7 +93,7 @@ def run(
         runner = Runner(cfg, run_dir, dev, resume=resume is not None, progress=progress)
         runner.run(cases)
     _, df, _ = load_run(run_dir)
-    df.attrs.update(run_dir=str(run_dir), interrupted=runner.interrupted)
+    df.attrs.update(run_dir=str(run_dir), interrupted=runner.interrupted, context_lost=runner.context_lost)
     return df
 
 

@@ -8,11 +8,12 @@ module is imported, and `--help` must not pay for torch.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from bench import options
-from bench.errors import EXIT_FAILED, UsageError
+from bench.errors import EXIT_BAD_INPUT, EXIT_CONTEXT_LOST, EXIT_FAILED, UsageError
 from bench.options import Command
 from support.inputs import integer
 
@@ -26,6 +27,9 @@ def _load(path):
 # ------------------------------------------------------------------------------------------------ run
 
 
+ISOLATION = ("process", "none")  # `run --isolation`: where the sweep runs (bench.shard.worker)
+
+
 def run_arguments(parser: argparse.ArgumentParser) -> None:
     options.config(parser)
     parser.add_argument("--out", help="run folder (default: <output_dir>/<config>-<UTC time>)")
@@ -34,17 +38,26 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     options.selection(parser)
     options.device(parser)
     parser.add_argument("--gpus", help="shard over GPUs: 'all' or a list like 0,1")
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION,
+        help="process: the sweep runs in a worker process, started afresh after a CUDA fault (the default on a "
+        "GPU); none: in this process, where a CUDA fault ends the run (the default on CPU)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     parser.add_argument("--case-list", help=argparse.SUPPRESS)  # internal: a shard's case ids, one per line
     parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)  # internal: the merge renders
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: bench.shard.worker
+    # internal: the run folder's lock, held by the worker's parent and passed down (bench.runlock.inherited_lock)
+    parser.add_argument("--lock-fd", type=integer, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
     from bench.config import default_run_dir
-    from bench.device import check_device_option, resolve_device
+    from bench.device import check_device, check_device_option, resolve_device
     from bench.resources import check_run_fits
     from bench.rundir import check_new_run_dir, check_resume, folder_option
-    from bench.runlock import run_folder_lock
+    from bench.runlock import inherited_lock, run_folder_lock
     from bench.selection import restrict_to_list, select_cases
 
     for option, value in (("--out", args.out), ("--resume", args.resume)):
@@ -58,12 +71,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: not with --resume, which continues {args.resume} in place")
     if args.force and not args.resume:
         raise UsageError("--force: only with --resume (it allows resuming a run of another config)")
+    if args.lock_fd is not None and not args.worker:
+        raise UsageError("--lock-fd: internal to a worker process (bench.shard.worker); allowed: no --lock-fd")
     if args.gpus is not None:
+        if args.isolation is not None:
+            raise UsageError("--isolation: not with --gpus, whose workers are always restarted after a CUDA fault")
         from bench.shard import run_sharded
 
         return run_sharded(cfg, cases, args)
     check_device_option(cfg.model.device, args.device)
-    device = resolve_device(cfg.model.device, args.device)
+    check_device(cfg.model.device, args.device)  # without a CUDA context: a worker may be the one to take the GPU
     if args.resume:
         run_dir, option = Path(args.resume), "--resume"
         check_resume(cfg, run_dir, args.force)
@@ -71,54 +88,133 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
         option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
         check_new_run_dir(run_dir, option)
+    isolation = args.isolation or ("process" if cfg.model.device == "cuda" else "none")
+    if isolation == "process" and not args.worker:
+        # This process holds the folder's lock until its last worker has ended, and passes it down to each
+        # worker (bench.runlock): a second run of the folder is refused, the workers are not, and no other
+        # writer can slip in between a faulted worker and the fresh one. The worker checks the memory.
+        with run_folder_lock(run_dir, option) as lock_fd:
+            if not args.resume:
+                check_new_run_dir(run_dir, option)  # a run that ended there while we checked
+            return _sweep_in_worker(args, cfg, run_dir, lock_fd)
+    device = resolve_device(cfg.model.device, args.device)
     check_run_fits(cases, device, cfg.model.correctness.enabled)
-    with run_folder_lock(run_dir, option):  # one writer per run folder (bench.runlock)
+    if args.lock_fd is not None:
+        lock = inherited_lock(run_dir, args.lock_fd, option)
+    else:
+        lock = run_folder_lock(run_dir, option)  # one writer per run folder (bench.runlock)
+    with lock:
         if not args.resume:
             check_new_run_dir(run_dir, option)  # a run that ended there while we checked
         return _sweep(args, cfg, cases, device, run_dir)
 
 
 def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
-    """The sweep and its report; Ctrl-C/SIGTERM end it with the finished cases and the report written."""
+    """The sweep in this process and its report; Ctrl-C/SIGTERM end it with the finished cases and the
+    report written. As a worker (`--worker`) it leaves the report and the closing lines to its parent."""
     from bench.reporting import render
-    from bench.rundir import resume_command
     from bench.runner import Runner
     from bench.signals import interrupts
 
-    runner, counts, drawn = None, None, True
+    runner, counts, drawn, lost = None, None, True, None
     with interrupts() as sig:
         try:
             print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {device} -> {run_dir}", flush=True)
             runner = Runner(cfg, run_dir, device, resume=bool(args.resume), progress=not args.no_progress)
             counts = runner.run(cases)
+            lost = runner.context_lost
             if not args.no_report:
                 drawn = render(run_dir)
         except KeyboardInterrupt:  # before the sweep started, or while the report was drawn
             pass
-        summary = _summary(runner, counts, bool(args.resume))
-        if sig.signum is None:
-            print(f"done: {summary}. results: {run_dir / 'results.json'}", flush=True)
-            if not drawn:
-                print(f"error: the report was not drawn (above); the results are kept in {run_dir}", file=sys.stderr)
-                return EXIT_FAILED
-            return 0
-        print(f"interrupted ({sig.name}): {summary}. results: {run_dir / 'results.json'}", flush=True)
-        if (run_dir / "results.json").exists():
-            print(f"to continue: {resume_command(args.argv, run_dir)}", flush=True)
-        return sig.exit_code
+        if args.worker and lost is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_CONTEXT_LOST)  # no teardown in a process whose CUDA context is broken
+        if args.worker:
+            return 0 if sig.signum is None else sig.exit_code
+        records = None if runner is None else runner.writer.data["cases"]
+        summary = _summary(records, sum((counts or {}).values()) if args.resume else None)
+        if lost is not None:
+            return _closing_lines(args, run_dir, summary, f"stopped by a CUDA fault ({lost})", EXIT_CONTEXT_LOST)
+        if sig.signum is not None:
+            return _closing_lines(args, run_dir, summary, f"interrupted ({sig.name})", sig.exit_code)
+        return _closing_lines(args, run_dir, summary, drawn=drawn)
 
 
-def _summary(runner, counts: dict | None, resumed: bool) -> str:
-    """`12 ok, 3 skipped`: every case results.json holds (a resumed run: with what this invocation ran)."""
-    if runner is None:
+def _sweep_in_worker(args: argparse.Namespace, cfg, run_dir: Path, lock_fd: int) -> int:
+    """The sweep in a worker process, started afresh after each CUDA fault (bench.shard.worker), then the
+    report and the closing lines over every case of the run folder. `lock_fd`: the folder's lock, held
+    here and passed to each worker."""
+    from bench.reporting import render
+    from bench.shard.merge import rc_text
+    from bench.shard.worker import recorded, run_in_worker
+    from bench.signals import interrupts
+    from results.files import ResultsError, read_results
+
+    before, drawn = recorded(run_dir), True
+    with interrupts() as sig:
+        try:
+            rc = run_in_worker(cfg, args, run_dir, lock_fd)
+        except KeyboardInterrupt:
+            rc = None
+        if rc == EXIT_BAD_INPUT:
+            return rc  # the worker refused its input (e.g. no case fits in the GPU's memory); it said why
+        try:
+            cases = read_results(run_dir)["cases"]
+        except (ResultsError, OSError):
+            return sig.exit_code if rc is None else rc  # the worker stopped before it wrote anything; it said why
+        try:
+            if not args.no_report:
+                drawn = render(run_dir)
+        except KeyboardInterrupt:  # while the report was drawn
+            pass
+    summary = _summary(cases, len(cases) - before if args.resume else None)
+    if sig.signum is not None:
+        return _closing_lines(args, run_dir, summary, f"interrupted ({sig.name})", sig.exit_code)
+    if rc == EXIT_CONTEXT_LOST:  # and not started again: it recorded nothing new
+        return _closing_lines(args, run_dir, summary, "stopped by a CUDA fault (the worker's last lines)", rc)
+    if rc:
+        return _closing_lines(args, run_dir, summary, f"the worker process ended ({rc_text(rc)})", EXIT_FAILED)
+    return _closing_lines(args, run_dir, summary, drawn=drawn)
+
+
+def _summary(records: list[dict] | None, run_now: int | None) -> str:
+    """`12 ok, 3 skipped`: every case results.json holds (a resumed run: with how many this invocation ran)."""
+    if records is None:
         return "nothing to do"
     totals: dict[str, int] = {}
-    for c in runner.writer.data["cases"]:
+    for c in records:
         totals[str(c.get("status"))] = totals.get(str(c.get("status")), 0) + 1
     text = ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) or "nothing to do"
-    if resumed:
-        text += f" ({sum((counts or {}).values())} run now, the rest recorded before)"
+    if run_now is not None:
+        text += f" ({run_now} run now, the rest recorded before)"
     return text
+
+
+def _closing_lines(
+    args: argparse.Namespace,
+    run_dir: Path,
+    summary: str,
+    stopped: str | None = None,
+    code: int = 0,
+    drawn: bool = True,
+) -> int:
+    """`done: ...` (exit 1 when the report was not drawn), or why the run stopped and the command that
+    continues it; returns `code`."""
+    from bench.rundir import resume_command
+
+    results = run_dir / "results.json"
+    if stopped is None:
+        print(f"done: {summary}. results: {results}", flush=True)
+        if not drawn:
+            print(f"error: the report was not drawn (above); the results are kept in {run_dir}", file=sys.stderr)
+            return EXIT_FAILED
+        return code
+    print(f"{stopped}: {summary}. results: {results}", flush=True)
+    if results.exists():
+        print(f"to continue: {resume_command(args.argv, run_dir)}", flush=True)
+    return code
 
 
 # ----------------------------------------------------------------------------------- list, workloads

@@ -25,18 +25,26 @@ def check_device_option(cfg_device: str, index, option: str = "--device") -> Non
         )
 
 
-def resolve_device(cfg_device: str, index: int | None = None) -> torch.device:
-    """The config's device (`cuda` or `cpu`), with `index` picking the GPU; one-line UsageError when
-    it does not exist. Sets the current CUDA device: libraries that launch on "the current device"
-    (Triton, some cuDNN/cuBLAS paths) must see this one."""
+def check_device(cfg_device: str, index: int | None = None) -> None:
+    """The one-line UsageError of a device that does not exist, without creating a CUDA context (the
+    parent of a worker process checks with this; the worker takes the device)."""
     if cfg_device == "cpu":
-        return torch.device("cpu")
+        return
     if not torch.cuda.is_available():
         raise UsageError(
             "the config asks for device: cuda but no CUDA GPU is visible (use configs/smoke.yaml on a CPU machine)"
         )
+    if index is not None and (index < 0 or index >= torch.cuda.device_count()):
+        raise UsageError(f"--device {index}: only {torch.cuda.device_count()} GPU(s) visible")
+
+
+def resolve_device(cfg_device: str, index: int | None = None) -> torch.device:
+    """The config's device (`cuda` or `cpu`), with `index` picking the GPU; one-line UsageError when
+    it does not exist. Sets the current CUDA device: libraries that launch on "the current device"
+    (Triton, some cuDNN/cuBLAS paths) must see this one."""
+    check_device(cfg_device, index)
+    if cfg_device == "cpu":
+        return torch.device("cpu")
     idx = torch.cuda.current_device() if index is None else index
-    if idx < 0 or idx >= torch.cuda.device_count():
-        raise UsageError(f"--device {idx}: only {torch.cuda.device_count()} GPU(s) visible")
     torch.cuda.set_device(idx)
     return torch.device("cuda", idx)

@@ -10,6 +10,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1  # a regression (compare), or a sharded run with a failed worker or missing cases
 EXIT_BAD_INPUT = 2
+EXIT_CONTEXT_LOST = 3  # a CUDA fault left the process's CUDA context unusable: the rest needs a fresh one
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGTERM: 143, 128 + the signal): the finished cases are on disk
 #: The longest error line printed: a hostile value (a YAML alias bomb, a 300 MB string) is cut, not echoed.
 MAX_LINE = 600

@@ -152,13 +152,30 @@ def table_arguments(parser: argparse.ArgumentParser) -> None:
     options.run_dir(parser)
     parser.add_argument("--providers", metavar="A,B", help="comma-separated provider labels, in column order")
     parser.add_argument("--modes", default="fwd,bwd", help="comma-separated modes (default fwd,bwd)")
+    parser.add_argument("--only", metavar="REGEX", help="the cases whose id matches this regex (rows)")
 
 
 def table(args: argparse.Namespace) -> int:
+    import re
+
     from reports.table import tflops_table
+    from results.files import results_path
 
     data = _read(args.run_dir)
-    print(tflops_table(data, args.providers.split(",") if args.providers else None, args.modes.split(",")))
+    providers = [p.strip() for p in args.providers.split(",")] if args.providers else None
+    recorded = list(dict.fromkeys(str(c["provider"]) for c in data["cases"] if c.get("provider") is not None))
+    for p in providers or []:
+        if p not in recorded:
+            raise UsageError(
+                f"--providers {p}: not a provider of {results_path(args.run_dir)}; allowed: "
+                + (", ".join(recorded) or "none (no case records a provider)")
+            )
+    if args.only:
+        try:
+            re.compile(args.only)
+        except re.error as exc:
+            raise UsageError(f"--only: not a valid regular expression: {exc}") from None
+    print(tflops_table(data, providers, args.modes.split(","), args.only))
     return 0
 
 

@@ -8,6 +8,12 @@ it exits (kill -9 included), so a stale lock cannot exist. A second writer is re
 line naming the holder (pid, host, command, since when), which the holder writes into the lock file.
 The lock file stays in the folder (removing it would let a third writer lock a new file while the second
 still holds the old one).
+
+A run in a worker process (`run --isolation process`, bench.shard.worker) is one writer in two processes:
+the parent takes the lock and keeps it until its last worker has ended, and each worker inherits the
+locked file descriptor (`--lock-fd`, `inherited_lock`). A flock belongs to the open file, not to the
+process, so the worker holds the same lock rather than being refused by its parent's, and no other writer
+can take the folder between a worker that a CUDA fault ended and the fresh one.
 """
 
 from __future__ import annotations
@@ -48,10 +54,10 @@ def holder(run_dir: Path, wait_s: float = 1.0) -> str:
 
 
 @contextmanager
-def run_folder_lock(run_dir: Path, option: str) -> Iterator[None]:
+def run_folder_lock(run_dir: Path, option: str) -> Iterator[int]:
     """Hold the run folder's lock (creating the folder) for the block; a one-line UsageError naming the
     holder when another process writes there. `option` names the folder in the error (`--out`,
-    `--resume`, `merge`)."""
+    `--resume`, `merge`). Yields the locked file descriptor (a worker process inherits it)."""
     run_dir = Path(run_dir)
     make_dir(run_dir)
     path = run_dir / LOCK_FILE
@@ -78,6 +84,32 @@ def run_folder_lock(run_dir: Path, option: str) -> Iterator[None]:
             os.pwrite(fd, json.dumps(info).encode(), 0)
         except OSError:
             pass  # who holds it is a courtesy to the next writer; the lock itself is held
-        yield
+        yield fd
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextmanager
+def inherited_lock(run_dir: Path, fd: int, option: str) -> Iterator[None]:
+    """In a worker process: the run folder's lock its parent holds, passed down as the open descriptor `fd`.
+    A one-line UsageError unless `fd` is that folder's lock file and holds the lock (taking it again through
+    the same open file is a no-op; another holder's lock refuses it, as `run_folder_lock` would)."""
+    run_dir = Path(run_dir)
+    where = f"{option} {run_dir}: --lock-fd {fd}"
+    try:
+        mine, theirs = os.fstat(fd), os.stat(run_dir / LOCK_FILE)
+    except OSError as exc:
+        raise UsageError(f"{where}: not this folder's open lock file ({exc.strerror or exc})") from None
+    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
+        raise UsageError(f"{where}: not this folder's lock file ({run_dir / LOCK_FILE})")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UsageError(
+            f"{where}: another gdpa-bench is writing this run folder ({holder(run_dir)}); "
+            "wait for it to finish, or choose another folder"
+        ) from None
+    try:
+        yield
+    finally:
+        os.close(fd)  # the parent's descriptor keeps the lock: it ends with the parent's block

@@ -4,7 +4,9 @@ Cases are grouped by workload so each jagged batch is built once on the device. 
 four states: `ok` (timed), `incorrect` (failed the correctness gate: not timed), `failed` (raised, e.g.
 out of memory: memory is freed and the sweep goes on) or `skipped` (the provider cannot run here or
 does not support the case, with the reason). results.json/.csv are rewritten after every case
-(docs/DESIGN.md §5, §6).
+(docs/DESIGN.md §5, §6). A case that faults the GPU (a sticky CUDA error: bench.faults) is recorded
+`failed` and ends the sweep with `context_lost` set: the process's CUDA context is unusable, so the cases
+after it are left to a fresh process (`--resume`; the command's worker process does that by itself).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench.case_power import CasePower
 from bench.case_profiling import CaseProfiling
 from bench.cases import Case, Workload
 from bench.config import LoadedConfig
+from bench.faults import ContextLost, is_sticky_cuda_error
 from bench.gate import correctness
 from bench.monitor import PowerMonitor
 from bench.profiling_config import sections_record
@@ -71,6 +74,7 @@ class Runner:
         self.profiling = CaseProfiling(self.settings, device, self.time)  # the views after the samples (§5)
         self.progress = Progress(0, False, log)
         self.interrupted = False
+        self.context_lost: str | None = None  # the sticky CUDA error that ended the sweep (bench.faults)
 
     # -- setup -------------------------------------------------------------------------------------
     def meta(self) -> dict:
@@ -254,11 +258,27 @@ class Runner:
         except BaseException as exc:  # SystemExit included: whatever a provider raises, the sweep goes on
             rec.update(status="failed", error=one_line(exc), times_ms=[])
             self._log_traceback(case.id)
+            if is_sticky_cuda_error(exc):
+                self.context_lost = rec["error"]
         finally:
             del fn
-            _free(self.device)
+            self._release(rec)
             rec["wall_s"] = round(time.perf_counter() - t0, 3)
         return rec
+
+    def _release(self, rec: dict) -> None:
+        """Free the case's memory. CUDA reports a fault at a later call: one that surfaces only here is the
+        case's own, recorded as its error."""
+        if self.context_lost is not None:
+            return  # every CUDA call of this process would raise the fault again
+        try:
+            _free(self.device)
+        except Exception as exc:
+            if not is_sticky_cuda_error(exc):
+                raise
+            earlier = f"{rec['error']}; then " if rec["status"] == "failed" and rec["error"] else ""
+            rec.update(status="failed", error=one_line(earlier + one_line(exc)))
+            self.context_lost = one_line(exc)
 
     def _log_traceback(self, case_id: str) -> None:
         try:
@@ -307,6 +327,8 @@ class Runner:
                 self.interrupted = True
                 self.progress.close()  # the bar first: the line below must not land inside it
                 self.say("interrupted: results.json holds every finished case")
+            except ContextLost as lost:
+                self.say(f"{lost}; this process stops, the cases after it need a fresh one")
             except BaseException as exc:
                 crash = exc
             self.progress.close()
@@ -327,7 +349,7 @@ class Runner:
                 if self.monitor.error:
                     self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
         finally:
-            stopped = self.interrupted or crash is not None
+            stopped = self.interrupted or crash is not None or self.context_lost is not None
             self.writer.update_meta(
                 finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 interrupted=stopped,
@@ -359,6 +381,8 @@ class Runner:
             self.writer.add_case(rec)
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
             self.progress.finished(case_line(rec), counts)
+            if self.context_lost is not None:
+                raise ContextLost(case.id, self.context_lost)
         del batch
         _free(self.device)
 

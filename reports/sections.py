@@ -171,14 +171,16 @@ def _workload_table(workloads: dict, cases: pd.DataFrame) -> Table:
 
 def _plot_blocks(files: list[Path]) -> list[Any]:
     """Every registered plot under its caption, in report order: a plot drawn but not shown cannot happen
-    (a plot needs a caption to register), and one registered but not drawn says so."""
+    (a plot needs a caption to register), and one registered but not drawn says so — unless it is drawn
+    only for some runs (`when`) and this is not one."""
     by_name = {f.name: f for f in files}
     blocks: list[Any] = []
     load_plot_modules()
     for p in registered():
         png, csvs = p.files(Path("."))
         if png.name not in by_name:
-            blocks.append(f"The plot {p.name} was not drawn.")
+            if p.when is None:
+                blocks.append(f"The plot {p.name} was not drawn.")
             continue
         blocks.append(Image(by_name[png.name], p.caption, [by_name[c.name] for c in csvs if c.name in by_name]))
         extras = [f for f in files if p.extras_prefix and f.name.startswith(p.extras_prefix) and f.suffix == ".png"]

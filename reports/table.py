@@ -1,22 +1,37 @@
 """A compact TFLOP/s table (shapes × provider/mode) from results.json, in Markdown — for READMEs:
-`gdpa-bench table RUN_DIR [--providers gdpa_triton,fa4] [--modes fwd,bwd]`."""
+`gdpa-bench table RUN_DIR [--providers gdpa_triton,fa4] [--modes fwd,bwd] [--only REGEX]`.
+
+A cell is the case's TFLOP/s when it is `ok`; otherwise what happened: `OOM`, `failed`, `incorrect` (failed
+the correctness gate), or `—` (skipped: the provider cannot run the case, or no such case).
+"""
 
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 
 
-def tflops_table(data: dict, providers: list[str] | None, modes: list[str]) -> str:
+def cell(case: dict) -> str:
+    if case.get("status") == "ok" and case.get("tflops"):
+        t = case["tflops"]
+        return f"{t:.0f}" if t >= 1 else f"{t:.2g}"  # below 1 TFLOP/s: a CPU run
+    if "out of memory" in (case.get("error") or ""):
+        return "OOM"
+    return case["status"] if case.get("status") in ("failed", "incorrect") else "—"
+
+
+def tflops_table(data: dict, providers: list[str] | None, modes: list[str], only: str | None = None) -> str:
+    """The table of the cases of `modes` (and `providers`, in that column order; `only`: a regex over case
+    ids), one row per shape."""
     rows = []
     for c in data["cases"]:
         if c.get("mode") not in modes or (providers and c.get("provider") not in providers):
             continue
+        if only and not re.search(only, c["id"]):
+            continue
         shape = c["id"].rsplit("/", 1)[0].replace(f"/{c['mode']}/", "/")
-        val = (
-            f"{c['tflops']:.0f}"
-            if c.get("status") == "ok" and c.get("tflops")
-            else ("OOM" if "out of memory" in (c.get("error") or "") else "—")
-        )
+        val = cell(c)
         label = c["provider"] + (" (softmax)" if c.get("semantics") == "softmax" else "")
         rows.append({"shape": shape, "col": f"{label} {c['mode']}", "val": val, "L": c.get("max_len", 0)})
     if not rows:

@@ -75,8 +75,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("workload.seed", "count", "config", "", "the seed the lengths and inputs are drawn with"),
     Metric("workload.lengths_sha256", "", "lengths", "", "a hash of the Q and KV lengths", kind="text"),
     Metric("status", "", "runner", "",
-      "`ok` timed · `incorrect` failed the gate, not timed · `failed` raised (e.g. out of memory) · "
-        "`skipped` cannot run here, unsupported, or needs more memory than is free (`needs N GiB, M GiB free`)",
+      "`ok` timed · `incorrect` failed the gate, not timed · `failed` raised (e.g. out of memory) or faulted the "
+        "GPU · `skipped` cannot run here, unsupported, or needs more memory than is free (`needs N GiB, M GiB free`)",
       kind="text", shown=("cases",), header="status"),
     Metric("ok", "", "frame", "status == 'ok'", "the case was timed", kind="flag"),
     Metric("flops", "FLOP", "runner", "4·H·D·Σ unmasked pairs; bwd ×2.5, fwd_bwd ×3.5",

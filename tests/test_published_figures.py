@@ -21,28 +21,82 @@ from results.record import timing_fields
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_table() -> tuple[list[str], str]:
-    """The `python -m bench table ...` arguments the README names, and the table block after them."""
+PENDING = "(table: after the H200 run)"  # where a README table waits for its run to be committed
+
+
+def readme_tables() -> list[tuple[list[str], str]]:
+    """Every `python -m bench table ...` the README names: its arguments and the block after it (the
+    table's lines, or the line saying it waits for its run)."""
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"`python -m bench table ([^`]+)`", text)
-    assert m, "the README names no `python -m bench table ...` command"
-    lines = text[m.end() :].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    block = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        block.append(line)
-    return shlex.split(m.group(1)), "\n".join(block)
+    out = []
+    for m in re.finditer(r"`python -m bench table ([^`]+)`", text):
+        lines = text[m.end() :].splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("|") or line == PENDING)
+        block = []
+        for line in lines[start:]:
+            if not line.startswith("|") and line != PENDING:
+                break
+            block.append(line)
+        out.append((shlex.split(m.group(1)), "\n".join(block)))
+    return out
 
 
-def test_readme_table_is_a_fresh_render_of_the_committed_example(capsys):
-    args, block = readme_table()
-    assert args[0] == "docs/example-h200"
-    assert main(["table", str(ROOT / args[0]), *args[1:]]) == 0
-    fresh = capsys.readouterr().out.strip()
-    assert fresh.count("\n") >= 13  # header, rule, 12 peer shapes
-    assert block == fresh
+def test_readme_tables_are_fresh_renders_of_the_committed_runs(capsys):
+    tables = readme_tables()
+    assert [args[0] for args, _ in tables] == ["docs/example-h200", "docs/example-h200-peers"]
+    for args, block in tables:
+        if not (ROOT / args[0]).is_dir():  # the run is not committed yet: the README says so, no figures
+            assert block == PENDING, args
+            continue
+        assert main(["table", str(ROOT / args[0]), *args[1:]]) == 0
+        fresh = capsys.readouterr().out.strip()
+        assert fresh.count("\n") >= 13  # header, rule, 12 peer shapes
+        assert block == fresh
+
+
+def test_the_readme_peer_table_command_on_a_synthetic_run(tmp_path, capsys):
+    """The README's meta_gdpa vs gdpa vs fa4 command on a run shaped like configs/peers-h200.yaml: Meta's
+    sets only (not the causal SiLU ones), the providers in the order named, fwd then bwd."""
+    args = next(args for args, _ in readme_tables() if args[0] == "docs/example-h200-peers")
+    cases, rate = [], {}
+    for set_, fill in (("set1", 0.5), ("set1", 1.0), ("set2", 1.0)):
+        for mode in ("fwd", "bwd", "fwd_bwd"):
+            for L in (256, 512):
+                for i, (p, sem) in enumerate((("fa4", "softmax"), ("gdpa", "gdpa"), ("meta_gdpa", "gdpa"))):
+                    cid = f"{set_}/{mode}/L={L}" + (f"/fill={fill}" if set_ == "set1" else "") + f"/{p}"
+                    rate[cid] = 100.0 * (i + 1) + L / 64 + (mode == "bwd")
+                    status = "failed" if cid == "set2/bwd/L=512/meta_gdpa" else "ok"
+                    cases.append(
+                        dict(id=cid, provider=p, semantics=sem, mode=mode, max_len=L, status=status, tflops=rate[cid])
+                    )
+    for p in ("hstu", "gdpa"):
+        cases.append(
+            dict(id=f"causal_silu_256/fwd/L=256/fill=1.0/{p}", provider=p, mode="fwd", status="ok", tflops=9.0)
+        )
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(
+        json.dumps({"schema": "gdpa-bench/1", "meta": {}, "workloads": {}, "cases": cases})
+    )
+    assert main(["table", str(run), *args[1:]]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == (
+        "| shape | meta_gdpa fwd | gdpa fwd | fa4 (softmax) fwd | meta_gdpa bwd | gdpa bwd | fa4 (softmax) bwd |"
+    )
+    assert [line.split(" | ")[0] for line in lines[2:]] == [
+        "| set1/L=256/fill=0.5",
+        "| set1/L=512/fill=0.5",
+        "| set1/L=256/fill=1.0",
+        "| set1/L=512/fill=1.0",
+        "| set2/L=256",
+        "| set2/L=512",
+    ]
+    first = lines[2].strip("| ").split(" | ")[1:]
+    ids = [f"set1/{m}/L=256/fill=0.5/{p}" for m in ("fwd", "bwd") for p in ("meta_gdpa", "gdpa", "fa4")]
+    assert first == [f"{rate[i]:.0f}" for i in ids]
+    assert lines[-1].strip("| ").split(" | ")[4] == "failed"  # set2/bwd/L=512/meta_gdpa
+    assert main(["table", str(run), "--providers", "meta_gdpa,hstu_typo"]) == 2
+    assert "--providers hstu_typo: not a provider of" in capsys.readouterr().err
 
 
 def test_table_prints_the_recorded_tflops():

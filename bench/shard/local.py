@@ -4,7 +4,8 @@ One `python -m bench run CONFIG --device i --case-list shards/gpu<i>.txt` worker
 normal single-GPU runner with its own NVML monitor, GEMM calibration and correctness gate, so two cases
 never share a GPU while timed. Output goes to `shards/gpu<i>.log` and, prefixed with
 `[gpu<i> done/assigned]`, to stdout. CUDA_VISIBLE_DEVICES is left alone. `--resume RUN_DIR --gpus ...`
-runs only the cases still missing, in new shard folders (`shards/resume<k>`).
+runs only the cases still missing, in new shard folders (`shards/resume<k>`). A worker that a CUDA fault
+ends is started again on its shard folder with `--resume` (bench.shard.worker).
 
 `device: cpu` configs shard over CPU worker processes instead ("all" = 2 workers, "0,1,2" = three
 workers labelled 0, 1, 2): that exists so sharding, merging and kill recovery are testable without a GPU.
@@ -29,26 +30,14 @@ from bench.rundir import check_new_run_dir, check_resume, resume_command
 from bench.runlock import run_folder_lock
 from bench.shard.merge import merge_planned, rc_text
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
+from bench.shard.worker import STOP_GRACE_S, WorkerProcess, worker_env
 from bench.signals import interrupts
 from results.files import read_results
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-STOP_GRACE_S = 60.0  # after SIGTERM, how long a worker may take to write its results before SIGKILL
 
+class Worker(WorkerProcess):
+    """A shard's worker: its output to its log file and, prefixed `[gpu<i> done/assigned]`, to stdout."""
 
-def worker_env(n_workers: int, device_type: str) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
-    env["PYTHONUNBUFFERED"] = "1"
-    if device_type == "cpu" and "OMP_NUM_THREADS" not in env:
-        # CPU workers share the cores: without this every worker starts one thread per core
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n_workers))
-    return env
-
-
-class Worker:
     def __init__(
         self,
         label: int,
@@ -65,17 +54,22 @@ class Worker:
         self.ids = [c.id for c in cases]
         self._idset = set(self.ids)
         self.done = 0
+        self.thread: threading.Thread | None = None
         list_file.write_text("".join(i + "\n" for i in self.ids))
         self.log = open(log_file, "w", buffering=1)
-        self.log.write("$ " + " ".join(cmd) + "\n")
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )  # Ctrl-C reaches the parent only: it stops us
-        self.thread = threading.Thread(target=self._pump, name=f"{tag}-out", daemon=True)
-        self.thread.start()
+        super().__init__(cmd, shard_dir, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
-    def _pump(self) -> None:
-        for raw in iter(self.proc.stdout.readline, b""):
+    def spawn(self) -> subprocess.Popen:
+        if self.thread is not None:
+            self.thread.join(timeout=10)  # the last lines of the worker before it
+        self.log.write("$ " + " ".join(self.cmd) + "\n")
+        proc = super().spawn()  # its own session: Ctrl-C reaches the parent only, which stops it
+        self.thread = threading.Thread(target=self._pump, args=(proc,), name=f"{self.tag}-out", daemon=True)
+        self.thread.start()
+        return proc
+
+    def _pump(self, proc: subprocess.Popen) -> None:
+        for raw in iter(proc.stdout.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.log.write(line + "\n")
             head = line.strip().split(": ", 1)[0]
@@ -83,7 +77,7 @@ class Worker:
                 self.done += 1
             with self.lock:
                 print(f"[{self.tag} {self.done}/{len(self.ids)}] {line}", flush=True)
-        self.proc.stdout.close()
+        proc.stdout.close()
 
     def finish(self) -> int:
         rc = self.proc.wait()
@@ -122,6 +116,7 @@ def launch(
                     "--case-list",
                     str(shard_root / f"gpu{label}.txt"),
                     "--no-progress",
+                    "--worker",
                     "--no-report",
                 ]
                 w = Worker(
@@ -138,7 +133,13 @@ def launch(
                 workers.append(w)
                 with lock:
                     print(f"[{w.tag}] pid {w.proc.pid}: {len(cases)} cases -> {sd} (log {sd}.log)", flush=True)
-            while any(w.proc.poll() is None for w in workers):
+            while True:
+                for w in workers:
+                    if w.proc.poll() is not None and w.restart_after_fault():
+                        with lock:
+                            print(f"[{w.tag}] pid {w.proc.pid}: a fresh worker after a CUDA fault", flush=True)
+                if all(w.proc.poll() is not None for w in workers):
+                    break
                 time.sleep(0.2)
     except KeyboardInterrupt:
         interrupted = True

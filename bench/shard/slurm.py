@@ -19,9 +19,10 @@ from bench.errors import UsageError
 from bench.rundir import check_new_run_dir
 from bench.runlock import run_folder_lock
 from bench.selection import select_cases
-from bench.shard.local import REPO_ROOT, conclude, run_local
+from bench.shard.local import conclude, run_local
 from bench.shard.merge import merge_planned
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, shard_cases, write_plan
+from bench.shard.worker import REPO_ROOT
 from bench.signals import interrupts
 from results.files import read_results
 from support.environment import SLURM_ARGS, slurm_args

@@ -5,6 +5,8 @@ nothing to draw, a PNG that says why and CSVs with headers only.
 
 - `tflops_vs_length`: TFLOP/s vs max length, one line per provider, one panel per set × mode × other sweep
   values; datasheet peak and measured GEMM ceiling as horizontal lines (CSV rows `kind=ceiling`).
+- `meta_figures` (only for a run with Meta's benchmark sets): TFLOP/s in the layout of Meta's published GDPA
+  figures — a row per attention type × sparsity, forward and backward, grouped bars per length.
 - `speedup`: speedup vs the baseline provider per shape (grouped bars per panel), a 1.0 line.
 - `power_timeline` (+ `power_timeline_cases.csv`, the case bands): power (W) and SM clock (MHz) over time
   from power.csv, the power cap and the enforced limit, samples with a throttle reason as red ticks;

@@ -68,6 +68,7 @@ class Plot:
     draw: Callable[[PlotData, Path], Drawing]
     extras_title: str = ""  # the report's collapsed section for the extra PNGs
     extras_prefix: str = ""  # their file names start with this; the rest is each one's caption
+    when: Callable[[PlotData], bool] | None = None  # drawn only for the runs this holds for (None: every run)
 
     def files(self, out: Path) -> tuple[Path, list[Path]]:
         return out / f"{self.name}.png", [out / f"{self.name}{suffix}.csv" for suffix in self.tables]
@@ -85,10 +86,12 @@ def plot(
     tables: dict[str, tuple[str, ...]] | None = None,
     extras_title: str = "",
     extras_prefix: str = "",
+    when: Callable[[PlotData], bool] | None = None,
 ) -> Callable:
     """Register the decorated `fn(data, out) -> Drawing` as plot `name` (`columns`: its one CSV's;
-    `tables`: {suffix: columns} for several). A plot without a caption is refused here, so no plot is
-    drawn that the report cannot show."""
+    `tables`: {suffix: columns} for several; `when`: the runs it is for — for any other run it writes no
+    file and the report leaves it out). A plot without a caption is refused here, so no plot is drawn
+    that the report cannot show."""
     if not caption or not caption.strip():
         raise ValueError(f"plot {name!r}: a caption is required (the report shows it under the plot)")
 
@@ -96,7 +99,7 @@ def plot(
         if name in PLOTS and PLOTS[name].draw is not fn:
             raise ValueError(f"plot {name!r} is registered twice")
         cols = tables if tables is not None else {"": tuple(columns or ())}
-        PLOTS[name] = Plot(name, caption.strip(), order, cols, fn, extras_title, extras_prefix)
+        PLOTS[name] = Plot(name, caption.strip(), order, cols, fn, extras_title, extras_prefix, when)
         return fn
 
     return register
@@ -108,7 +111,10 @@ def registered() -> list[Plot]:
 
 
 def draw(p: Plot, data: PlotData, out: Path) -> list[Path]:
-    """Draw plot `p` into the folder `out`: its extras, its PNG and its CSVs, in that order."""
+    """Draw plot `p` into the folder `out`: its extras, its PNG and its CSVs, in that order (nothing for a
+    run its `when` excludes)."""
+    if p.when is not None and not p.when(data):
+        return []
     png, csvs = p.files(out)
     try:
         drawing = p.draw(data, out)

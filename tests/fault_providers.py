@@ -1,0 +1,60 @@
+"""Test-only providers that fault like a kernel that breaks the GPU, on CPU (name this module in
+GDPA_BENCH_PROVIDERS, with tests/ on PYTHONPATH).
+
+A sticky CUDA error poisons the process: after it, every CUDA call of that process raises the same error.
+`_poisoned` is this process's stand-in for its CUDA context: `test_sim_fault` sets it on the case whose
+longest sequence is its option `fault_at` and raises CUDA's own text; from then on every call of either
+provider here raises it too, as every CUDA call would. A fresh process starts clean. `sleep_s` makes each
+call slow enough for a test to interrupt a run in flight.
+"""
+
+import time
+
+from kernels.naive import NaiveEager
+from kernels.registry import register
+
+STICKY = "CUDA error: an illegal memory access was encountered"
+_poisoned = False
+
+
+def poisoned() -> bool:
+    return _poisoned
+
+
+def reset() -> None:
+    """Clean the stand-in context (for a test that faults in its own process)."""
+    global _poisoned
+    _poisoned = False
+
+
+class _Poisonable(NaiveEager):
+    def parse_options(self, options: dict):
+        unknown = sorted(set(options) - {"fault_at", "sleep_s"})
+        if unknown:
+            raise ValueError(f"{self.name}: unknown option {unknown[0]!r}; allowed: fault_at, sleep_s")
+        return {"fault_at": options.get("fault_at"), "sleep_s": float(options.get("sleep_s", 0.0))}
+
+    def forward(self, batch, spec):
+        if _poisoned:
+            raise RuntimeError(STICKY)
+        time.sleep(self.options["sleep_s"])
+        return super().forward(batch, spec)
+
+
+@register
+class SimulatedHealthy(_Poisonable):
+    name = "test_sim_ok"
+    description = "naive_eager that fails once this process is poisoned (tests only)"
+
+
+@register
+class SimulatedFault(_Poisonable):
+    name = "test_sim_fault"
+    description = "naive_eager that poisons the process on the case of max length `fault_at` (tests only)"
+
+    def forward(self, batch, spec):
+        global _poisoned
+        if batch.max_q == self.options["fault_at"]:
+            _poisoned = True
+            raise RuntimeError(f"{STICKY}\nCUDA kernel errors might be asynchronously reported at some other API call")
+        return super().forward(batch, spec)

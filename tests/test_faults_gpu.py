@@ -1,0 +1,77 @@
+"""A kernel that really faults the GPU does not take the sweep down (`pytest -m gpu tests/test_faults_gpu.py`):
+`python -m bench run` of a small config with `test_oob_store` (tests/fault_providers_gpu.py: an
+out-of-bounds Triton store at one length) records those cases `failed` with CUDA's error and every other
+case `ok`, each fault ending one worker process; naive_eager's timings match a run without the faulting
+provider."""
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from results.files import read_results
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+FAULT_AT = 256
+
+CONFIG = f"""
+name: gpu-faults
+device: cuda
+providers: [naive_eager, {{name: test_oob_store, options: {{fault_at: {FAULT_AT}}}}}]
+modes: [fwd, bwd]
+timing: {{warmup_ms: 100, rep_ms: 200, min_reps: 20}}
+power: {{enabled: false}}
+hardware: {{calibrate: false}}
+sets:
+  - name: s
+    B: 64
+    H: 4
+    D: 128
+    dtype: bf16
+    activation: fast_gelu
+    max_len: [{FAULT_AT}, 512, 1024]
+    lengths: {{family: uniform_fill, fill: [1.0]}}
+"""
+
+
+def bench_run(cfg: Path, out: Path, *extra) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        GDPA_BENCH_PROVIDERS="fault_providers_gpu",
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    )
+    cmd = [sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out), "--no-progress", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
+    print(proc.stdout[-4000:], proc.stderr[-2000:])
+    return proc
+
+
+def test_a_gpu_fault_fails_its_cases_only_and_leaves_the_other_timings_alone(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    cfg = tmp_path / "gpu-faults.yaml"
+    cfg.write_text(textwrap.dedent(CONFIG))
+    proc = bench_run(cfg, tmp_path / "faults", "--no-report")
+    assert proc.returncode == 0
+    cases = read_results(tmp_path / "faults")["cases"]
+    assert len(cases) == 12
+    for c in cases:
+        if f"/L={FAULT_AT}/" in c["id"] and c["provider"] == "test_oob_store":
+            assert c["status"] == "failed" and "an illegal memory access was encountered" in c["error"], c
+        else:
+            assert c["status"] == "ok", (c["id"], c["status"], c["error"])
+    assert proc.stdout.count("a fresh worker process (pid") == 2  # the fwd and the bwd fault
+
+    control = bench_run(cfg, tmp_path / "control", "--no-report", "--providers", "naive_eager")
+    assert control.returncode == 0
+    before = {c["id"]: c["median_ms"] for c in read_results(tmp_path / "control")["cases"]}
+    ratios = {c["id"]: c["median_ms"] / before[c["id"]] for c in cases if c["provider"] == "naive_eager"}
+    print("median with the faulting provider / without:", {k: round(v, 3) for k, v in ratios.items()})
+    assert len(ratios) == 6 and all(0.85 < r < 1.18 for r in ratios.values()), ratios
+    assert abs(math.log(math.prod(ratios.values())) / len(ratios)) < math.log(1.05), ratios
