@@ -1,11 +1,14 @@
 """Two writers racing for one run folder, as real processes: the driver of tests/test_concurrent_writers.py.
 
-    python tests/run_folder_race.py WORKDIR TRIALS   -> one JSON line: every trial's kind, exit codes, stderr
+    python tests/run_folder_race.py WORKDIR TRIALS [ISOLATION]   -> one JSON line: every trial's kind, exit
+                                                                   codes, stderr
 
 The driver imports the CLI once (the torch import is most of a process start) and forks two children per
 trial that wait on one pipe and are released together, so they reach the run folder within milliseconds
 of each other; each runs `bench.cli.main(argv)` with stdout/stderr in its own file and exits with its
-code. The driver itself runs no torch op before forking (no OpenMP pool to inherit). Trial kinds, in turn:
+code. The driver itself runs no torch op before forking (no OpenMP pool to inherit). With ISOLATION
+(`process`) every writer runs `--isolation process`: the sweep in a worker process that inherits its
+parent's lock (bench.shard.worker). Trial kinds, in turn:
 
 - `run+run`: two new runs with the same --out;
 - `resume+resume`: two --resume of a run that recorded half its cases;
@@ -79,14 +82,14 @@ def wait(pid: int) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def trial(work: Path, k: int) -> dict:
+def trial(work: Path, k: int, isolation: str | None = None) -> dict:
     kind = KINDS[k % len(KINDS)]
     folder = work / f"t{k}"
     folder.mkdir()
     cfg = folder / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(CONFIG))
     out = folder / "run"
-    base = ["run", str(cfg), "--no-progress", "--no-report"]
+    base = ["run", str(cfg), "--no-progress", "--no-report", *(["--isolation", isolation] if isolation else [])]
     first = [*base, "--out", str(out)]
     second = [*base, "--out", str(out)] if kind == "run+run" else [*base, "--resume", str(out)]
     before = None
@@ -120,7 +123,7 @@ def trial(work: Path, k: int) -> dict:
     }
 
 
-def trials(work: Path, n: int, at_once: int = 2) -> list[dict]:
+def trials(work: Path, n: int, at_once: int = 2, isolation: str | None = None) -> list[dict]:
     """`n` trials, `at_once` of them side by side (each in its own folder, each its own forked process)."""
     out = []
     for start in range(0, n, at_once):
@@ -130,7 +133,7 @@ def trials(work: Path, n: int, at_once: int = 2) -> list[dict]:
             if pid == 0:
                 code = 0
                 try:
-                    (work / f"t{k}.json").write_text(json.dumps(trial(work, k)))
+                    (work / f"t{k}.json").write_text(json.dumps(trial(work, k, isolation)))
                 except BaseException as exc:
                     (work / f"t{k}.json").write_text(json.dumps({"kind": "error", "error": repr(exc)}))
                     code = 1
@@ -147,4 +150,4 @@ if __name__ == "__main__":
 
     gc.freeze()  # the imported modules' objects: children's gc.collect() skips them (no copy-on-write storm)
     work, n = Path(sys.argv[1]), int(sys.argv[2])
-    print(json.dumps(trials(work, n)))
+    print(json.dumps(trials(work, n, isolation=sys.argv[3] if len(sys.argv) > 3 else None)))
