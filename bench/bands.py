@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from bench.cases import Case, dtype_of
+from bench.faults import is_sticky_cuda_error
 from bench.gate import correctness
 from bench.timing import Samples
 from kernels.registry import Provider
@@ -99,6 +100,8 @@ def time_band(
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # a band that raises is recorded; the case and the sweep go on
+        if is_sticky_cuda_error(exc):
+            raise  # unless it faulted the GPU: then it is the case's (bench.faults)
         out.update(status="failed", error=one_line(exc))
     finally:
         del fn, batch

@@ -2,7 +2,11 @@
 samples and energy loop, its kernel breakdown (bench.breakdown) and, for the cases `bands.only` selects,
 its length bands (bench.bands); after the sweep, Nsight Compute over the cases `counters.only` selects
 (bench.counters). None of them can fail a case: what goes wrong is recorded in its block (`kernels.error`,
-`bands.error` or a band's `error`, `counters.status` and `reason`)."""
+`bands.error` or a band's `error`, `counters.status` and `reason`), except a fault of the GPU (a sticky
+CUDA error, bench.faults), which is the case's: it is recorded `failed` and ends the process's sweep.
+The views run wherever the sweep runs, a worker process included (bench.shard.worker); a restarted worker
+resumes the run folder, so the cases already recorded keep their views, and Nsight Compute after the
+sweep profiles only the selected cases that have no counters yet (bench.counters.for_run)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from bench.bands import case_bands
 from bench.breakdown import failed, kernel_breakdown
 from bench.cases import Case
 from bench.counters import for_run
+from bench.faults import is_sticky_cuda_error
 from bench.timing import Samples, l2_flush_buffer
 from kernels.registry import Provider
 from results.files import ResultsWriter
@@ -63,6 +68,8 @@ class CaseProfiling:
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # each band records its own failure; this is the split itself failing
+            if is_sticky_cuda_error(exc):
+                raise  # the GPU faulted: the case's error, and the process's end (bench.faults)
             return {"edges": self.model.bands.edges, "rows": [], "error": f"length bands failed: {one_line(exc)}"}
 
     def breakdown(self, fn) -> dict:
@@ -74,4 +81,6 @@ class CaseProfiling:
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # the case was timed; a profiler that fails only loses its breakdown
+            if is_sticky_cuda_error(exc):
+                raise  # the GPU faulted: the case's error, and the process's end (bench.faults)
             return failed(f"kernel breakdown failed: {one_line(exc)}", calls, self.device)

@@ -14,7 +14,7 @@ import yaml
 from test_faults import ROOT, check_contained, config, env
 
 from bench.cli import main
-from bench.errors import EXIT_BAD_INPUT, UsageError
+from bench.errors import EXIT_BAD_INPUT, EXIT_CONTEXT_LOST, UsageError
 from bench.runlock import LOCK_FILE, inherited_lock, run_folder_lock
 from results.files import read_results
 
@@ -176,3 +176,28 @@ def test_the_profiling_views_run_in_the_workers_once_per_case(tmp_path, fault_pr
         if c.get("bands") is not None:
             assert c["bands"]["error"] is None and {r["status"] for r in c["bands"]["rows"]} <= {"ok", "empty"}, c
             assert any(r["status"] == "ok" for r in c["bands"]["rows"]), c["bands"]
+
+
+@pytest.mark.parametrize("view", ["breakdown", "bands"])
+def test_a_fault_inside_a_view_is_the_case_s(tmp_path, fault_providers, monkeypatch, capsys, view):
+    """A sticky CUDA error in the kernel breakdown or a length band: the case is `failed` with it and the
+    sweep stops (a view's other failures only lose the view)."""
+    import bench.bands
+    import bench.case_profiling
+
+    def fault(*a, **k):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    if view == "breakdown":
+        monkeypatch.setattr(bench.case_profiling, "kernel_breakdown", fault)
+    else:
+        monkeypatch.setattr(bench.bands, "make_batch", fault)
+    cfg = yaml.safe_load(config(tmp_path).read_text())
+    cfg.update(VIEWS)
+    path, run = tmp_path / "views.yaml", tmp_path / "run"
+    path.write_text(yaml.safe_dump(cfg))
+    rc = main(["run", str(path), "--out", str(run), "--no-progress", "--no-report", "--providers", "test_sim_ok"])
+    assert rc == EXIT_CONTEXT_LOST, capsys.readouterr().out
+    cases = read_results(run)["cases"]
+    assert len(cases) == 1 and cases[0]["status"] == "failed", cases
+    assert "an illegal memory access" in cases[0]["error"]
