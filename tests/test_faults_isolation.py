@@ -201,3 +201,24 @@ def test_a_fault_inside_a_view_is_the_case_s(tmp_path, fault_providers, monkeypa
     cases = read_results(run)["cases"]
     assert len(cases) == 1 and cases[0]["status"] == "failed", cases
     assert "an illegal memory access" in cases[0]["error"]
+
+
+# ------------------------------------------------------------------------------- the Python API
+
+
+def test_the_python_api_reports_a_fault_and_resumes_past_it(tmp_path, fault_providers):
+    """`bench.run` runs in the calling process (`--isolation none`): a fault ends it with
+    `df.attrs["context_lost"]`; `resume=` from a fresh process (here: the stand-in context cleaned)
+    continues to the next fault, keeping what was recorded."""
+    import bench
+
+    cfg, run = config(tmp_path), tmp_path / "run"
+    df = bench.run(str(cfg), out=str(run))
+    assert list(df.status) == ["ok", "ok", "failed"] and df.attrs["interrupted"] is False
+    assert df.attrs["context_lost"].startswith("RuntimeError: CUDA error: an illegal memory access")
+    fault_providers.reset()  # a fresh process
+    df = bench.run(str(cfg), resume=str(run))
+    assert len(df) == 6 and list(df.status) == ["ok", "ok", "failed", "ok", "ok", "failed"]  # one workload: fwd, bwd
+    assert df.attrs["context_lost"] is not None and df.iloc[-1]["id"] == "s/bwd/L=6/fill=1.0/test_sim_fault"
+    clean = bench.run(str(cfg), out=str(tmp_path / "clean"), providers="naive_eager")
+    assert clean.attrs["context_lost"] is None and set(clean.status) == {"ok"}
