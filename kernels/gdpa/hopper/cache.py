@@ -20,10 +20,12 @@ import cutlass.cute as cute
 from cutlass import Int32
 from quack.compile_utils import make_fake_tensor
 
+from support.environment import hopper_kernel_dir
+
 _COMPILED: dict = {}
 _COMPILE_LOCK = threading.Lock()
 COMPILE_SECONDS: dict = {}  # key -> seconds spent compiling it (0.0 when loaded from the kernel directory)
-_KERNEL_DIR: list = []  # [Path] once use_kernel_dir() was called
+_KERNEL_DIR: list = []  # [Path] once use_kernel_dir() was called (or GDPA_HOPPER_KERNEL_DIR set)
 
 
 def use_kernel_dir(path) -> None:
@@ -34,6 +36,10 @@ def use_kernel_dir(path) -> None:
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     _KERNEL_DIR[:] = [directory]
+
+
+if hopper_kernel_dir():
+    use_kernel_dir(hopper_kernel_dir())
 
 
 @functools.cache

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# One session's GPU work on a lent H200, one step per device call (the machine stays between calls only while
+# they follow each other within its idle window). From the repository root, with what each step carries:
+#   bash docs/experiments/h200_session.sh fa4-1        # .fa4/p1 .hk .peers: wheels part 1, Triton GPU tests
+#   bash docs/experiments/h200_session.sh fa4-2        # .fa4/p2: wheels part 2
+#   bash docs/experiments/h200_session.sh install      # .fa4/p3: FA4 installed, the other GPU tests
+#   bash docs/experiments/h200_session.sh start NAME   # production | peers | h200: a run, detached
+#   bash docs/experiments/h200_session.sh wait NAME    # until it ends (or ~9 min), then its folder to $OUT
+#   bash docs/experiments/h200_session.sh bands        # the independent band timing (issue 26)
+# .fa4/p1..p3: ../shared/gpu/fa4-wheels.sh's wheels split in three (a call carries < 64 MiB with the tree);
+# .hk: the Hopper kernels compiled ahead on a CPU machine (`CUTE_DSL_ARCH=sm_90a python
+# docs/experiments/hopper_gpu.py --prebuild .hk && ... jagged_gpu.py --prebuild .hk`); .peers: the peers'
+# checkouts (README "Peer kernels"). Runs that must fit the session's device time use shorter windows than
+# the configs (derive_config.py), said in their descriptions.
+set -uo pipefail
+step=${1:?step}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" runs
+export PYTHONUNBUFFERED=1 GDPA_HOPPER_KERNEL_DIR=$PWD/.hk
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+windows="timing.rep_ms=300 power.settle_s=0.3 power.energy_loop_s=0.3"
+
+start() {
+  local name=$1 config=$2
+  shift 2
+  [ -e "runs/$name.done" ] && rm -f "runs/$name.done"
+  setsid nohup bash -c "python3 -m bench run $config --out runs/$name $* > runs/$name.log 2>&1; echo \$? > runs/$name.done" \
+    > /dev/null 2>&1 < /dev/null &
+  echo "started $name: python3 -m bench run $config --out runs/$name $*"
+}
+
+case $step in
+fa4-1)
+  mkdir -p /tmp/fa4 && cp .fa4/p1/* /tmp/fa4/
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit,temperature.gpu --format=csv
+  python3 -m pytest -q -m gpu tests/test_gdpa_kernels.py 2>&1 | tee "$OUT/pytest-gpu-triton.log" | tail -5
+  ;;
+fa4-2)
+  cp .fa4/p2/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
+  ;;
+install)
+  cp .fa4/p3/* /tmp/fa4/ && source .fa4/p3/install.sh && export PYTHONPATH=$PYTHONPATH:$PWD
+  python3 -c "from flash_attn.cute import flash_attn_varlen_func; import pydantic; print('fa4 ok')"
+  python3 -m pytest -q -m gpu tests --deselect tests/test_gdpa_kernels.py --deselect tests/test_peers_gpu.py \
+    2>&1 | tee "$OUT/pytest-gpu.log" | tail -15
+  ;;
+start)
+  case ${2:?name} in
+  production)
+    python3 docs/experiments/derive_config.py configs/production.yaml runs/production-fast.yaml $windows \
+      "providers=[gdpa, gdpa_triton, gdpa_hopper, fa4]"
+    start production-h200 runs/production-fast.yaml
+    ;;
+  peers)
+    python3 docs/experiments/derive_config.py configs/peers-h200.yaml runs/peers-fast.yaml $windows
+    start peers-h200 runs/peers-fast.yaml --providers meta_gdpa,gdpa,fa4,flex_attention,hstu --only "'/(fwd|bwd)/'"
+    ;;
+  h200)
+    python3 docs/experiments/derive_config.py configs/h200.yaml runs/h200-fast.yaml $windows
+    start h200-gdpa runs/h200-fast.yaml --providers gdpa,gdpa_triton,gdpa_hopper,fa4 --only "'/(fwd|bwd)/'"
+    ;;
+  *) echo "unknown run $2" >&2; exit 2 ;;
+  esac
+  ;;
+wait)
+  name=${2:?name}
+  for _ in $(seq 1 ${3:-108}); do
+    [ -e "runs/$name.done" ] && break
+    sleep 5
+  done
+  tail -n 25 "runs/$name.log"
+  if [ -e "runs/$name.done" ]; then
+    echo "exit $(cat runs/$name.done)"
+    cp "runs/$name.log" "$OUT/"
+    tar czf "$OUT/$name.tgz" -C runs "$name" && ls -la "$OUT/$name.tgz"
+  else
+    echo "still running"
+  fi
+  ;;
+bands)
+  python3 docs/experiments/bands_gpu.py 2>&1 | tee "$OUT/bands_gpu.log" | tail -12
+  python3 docs/experiments/bands_gpu.py --compare runs/production-h200/results.json --against "$OUT/bands_gpu.json" \
+    2>&1 | tee -a "$OUT/bands_gpu.log" | tail -20
+  ;;
+*)
+  echo "unknown step $step" >&2
+  exit 2
+  ;;
+esac
