@@ -73,11 +73,11 @@ class CaseProfiling:
             return {"edges": self.model.bands.edges, "rows": [], "error": f"length bands failed: {one_line(exc)}"}
 
     def breakdown(self, fn) -> dict:
-        calls = self.model.breakdown.calls
+        calls, warm_ms = self.model.breakdown.calls, self.model.breakdown.warm_ms
         try:
             gpu = self.device.type == "cuda"
             flush = l2_flush_buffer(self.device) if gpu and self.model.timing.flush_l2 else None
-            return kernel_breakdown(fn, self.device, calls, flush)
+            return kernel_breakdown(fn, self.device, calls, flush, warm_ms)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # the case was timed; a profiler that fails only loses its breakdown

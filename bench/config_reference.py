@@ -117,7 +117,12 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
         True,
         "",
     ),
-    "breakdown.calls": ("Calls profiled per case (after one uncounted warm call).", 3, ""),
+    "breakdown.calls": ("Calls profiled per case (after the uncounted warm-up).", 3, ""),
+    "breakdown.warm_ms": (
+        "Uncounted calls run back to back under the profiler first, for at least this long (ms).",
+        200,
+        "",
+    ),
     "counters.only": ("Case ids this regex matches run under Nsight Compute (none: off).", "fwd/", SELECTS),
     "counters.keep": ("Keep the .ncu-rep under RUN_DIR/ncu/.", False, ""),
     "counters.timeout_s": ("Seconds the one ncu child may take for all the selected cases.", 1800, ""),

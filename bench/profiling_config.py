@@ -3,6 +3,7 @@
     breakdown:           # the kernels one call launches, per case (a short profiler pass after the samples)
       enabled: null      # null: on for GPU runs, off on the CPU; true / false force it
       calls: 3           # calls profiled per case
+      warm_ms: 200       # back-to-back uncounted calls first, so the counted ones run at the timed clocks
     counters:            # Nsight Compute per selected case, after the sweep (one ncu process for all)
       only: REGEX        # the case ids to profile (none: off)
       keep: false        # keep the .ncu-rep under RUN_DIR/ncu/
@@ -45,6 +46,7 @@ def _regex(v: str | None) -> str | None:
 class Breakdown(_Section):
     enabled: bool | None = None
     calls: int = Field(3, ge=1, le=100)
+    warm_ms: float = Field(200.0, ge=0, le=10_000)
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -98,7 +100,7 @@ def profiling_cost(case_id: str, n_bands: Callable[[], int], model, call_s: floa
     when the case is selected), `call_s` is a call's estimated time."""
     t, cost = model.timing, 0.0
     if model.breakdown.on(device):
-        cost += BREAKDOWN_S + (model.breakdown.calls + 1) * call_s
+        cost += BREAKDOWN_S + model.breakdown.warm_ms / 1e3 + (model.breakdown.calls + 1) * call_s
     if model.bands.only and re.search(model.bands.only, case_id):
         cost += n_bands() * (BAND_SETUP_S + t.warmup_ms / 1e3 + t.rep_ms / 1e3) + 3 * call_s
     if model.counters.only and re.search(model.counters.only, case_id) and device == "cuda":

@@ -39,6 +39,17 @@ def compiled_flex(dynamic: bool):
     return torch.compile(_flex().flex_attention, dynamic=dynamic)
 
 
+def keep_saved_buffers() -> None:
+    """A graph compiled under autograd donates its saved buffers to its backward by default, so that
+    backward runs once; the harness times `autograd.grad(..., retain_graph=True)` on one forward graph again
+    and again (torch raises "compiled with non-empty donated buffers"). Donation is switched off for the
+    process before anything compiles (a per-call config patch was not enough on the H200: the flag is read
+    where the compiled graph is cached, not where it is called)."""
+    from torch._functorch import config
+
+    config.donated_buffer = False
+
+
 def _padded(t: torch.Tensor, n: int, fill: int) -> torch.Tensor:
     """`t` followed by `fill` up to length n: indices in flex's padding past the last block row map to no sequence."""
     out = torch.full((n,), fill, dtype=torch.int32, device=t.device)
@@ -89,6 +100,7 @@ class FlexAttentionProvider(Provider):
 
     def __init__(self, options=None):
         super().__init__(options)
+        keep_saved_buffers()
         self._mask: tuple | None = None  # (q_offsets, kv_offsets, causal, BlockMask) of one batch
 
     def parse_options(self, options: dict) -> dict:

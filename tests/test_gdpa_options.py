@@ -325,6 +325,18 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
     choice.forget()
 
 
+def test_shape_classes_tell_apart_the_batches_a_power_of_two_merged():
+    """The production log-normal (ΣL 178,378) and spike (ΣL 255,909) batches at max 4096, and target_history
+    (ΣLq 147,316, max q 256) vs seeds (221,184, 192), ran each other's measured choice under power-of-two
+    classes; at 3 significant bits they are measured apart, while nearby batches still share one class."""
+    from kernels.gdpa.choice import bucket
+
+    assert bucket(178_378) != bucket(255_909) and bucket(147_316) != bucket(221_184) and bucket(256) != bucket(192)
+    assert bucket(178_378) == bucket(190_000) == 196_608 and bucket(4096) == bucket(3977) == 4096
+    assert [bucket(n) for n in (0, 1, 5, 7, 9, 1000)] == [0, 1, 5, 7, 10, 1024]
+    assert all(n <= bucket(n) < 1.25 * n + 1 for n in range(1, 5000))
+
+
 def test_a_backend_module_that_fails_its_contract_is_unavailable(monkeypatch):
     broken = types.ModuleType(backends.ROWS["hopper"].module)  # lacks the contract's functions
     monkeypatch.setitem(sys.modules, backends.ROWS["hopper"].module, broken)

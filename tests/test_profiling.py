@@ -1,6 +1,7 @@
 """The profiling views on CPU (issue 26): tile efficiency, length bands, the kernel breakdown from the CPU
 profiler, Nsight Compute counters through a stand-in ncu, their report, and their bad inputs."""
 
+import contextlib
 import json
 import sys
 import textwrap
@@ -265,6 +266,43 @@ def test_cpu_breakdown_lists_the_ops_of_a_call():
     assert bd.OUTSIDE_OPS in names and rec["sum_ms"] == pytest.approx(sum(r["ms"] for r in rec["rows"]))
 
 
+def test_the_call_ranges_are_counted_on_the_host_side_only(monkeypatch):
+    """On a GPU the profiler lists each range twice (the host range and its device-side user annotation):
+    three calls are three call ranges, not six."""
+    events = [_ev(bd.WARM_RANGE, 0, 10)]
+    for i in range(3):
+        start = 20 + 30 * i
+        events += [_ev(bd.CALL_RANGE, start, start + 20), _ev("aten::mm", start + 1, start + 2)]
+        events.append(_ev(bd.CALL_RANGE, start + 2, start + 19, device="cuda"))
+    for e in events:
+        e.self_cpu_time_total = 1.0
+
+    class Recorded(contextlib.nullcontext):
+        def events(self):
+            return events
+
+    monkeypatch.setattr(bd, "profile", lambda **_: Recorded(Recorded()))
+    rec = bd.kernel_breakdown(lambda: None, torch.device("cpu"), calls=3)
+    assert rec["error"] is None, rec
+    assert {r["name"]: r["calls"] for r in rec["rows"]} == {"aten::mm": 1, bd.OUTSIDE_OPS: 1}
+    events.pop()  # a call range missing on the host side is still an error
+    events.pop(-2)
+    assert bd.kernel_breakdown(lambda: None, torch.device("cpu"), calls=3)["error"] == (
+        "the profiler recorded 2 of 3 call ranges"
+    )
+
+
+def test_the_warm_up_runs_back_to_back_for_warm_ms_then_the_counted_calls(monkeypatch):
+    """One uncounted call at warm_ms 0; calls for at least warm_ms otherwise, bounded by MAX_WARM_CALLS."""
+    ran = []
+    bd.kernel_breakdown(lambda: ran.append(1), torch.device("cpu"), calls=2, warm_ms=0.0)
+    assert len(ran) == 1 + 2
+    ran.clear()
+    monkeypatch.setattr(bd, "MAX_WARM_CALLS", 7)
+    rec = bd.kernel_breakdown(lambda: ran.append(1), torch.device("cpu"), calls=2, warm_ms=60_000.0)
+    assert len(ran) == 7 + 2 and rec["profiled_calls"] == 2 and rec["error"] is None
+
+
 def test_breakdown_in_a_run_follows_the_config(tmp_path):
     on = tmp_path / "on"
     cfg = config(tmp_path, "breakdown: {enabled: true, calls: 2}\n")
@@ -273,7 +311,7 @@ def test_breakdown_in_a_run_follows_the_config(tmp_path):
         k = c["kernels"]
         assert k["source"] == "cpu" and k["error"] is None and k["profiled_calls"] == 2 and k["rows"]
         assert 0 < k["sum_ms"] and all(r["calls"] > 0 for r in k["rows"])
-    assert results(on)["meta"]["profiling_config"]["breakdown"] == {"enabled": True, "calls": 2}
+    assert results(on)["meta"]["profiling_config"]["breakdown"] == {"enabled": True, "calls": 2, "warm_ms": 200.0}
     csv = pd.read_csv(on / "results.csv")
     assert json.loads(csv["kernels.rows"].iloc[0])[0]["name"]  # a table inside a case is JSON in the CSV
     assert len(pd.read_parquet(on / "results.parquet")) == len(csv)
