@@ -199,7 +199,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("kernels", "", "breakdown", "", "the kernels one call launches: a profiler pass after the samples "
       "(bench.breakdown; GPU runs by default)", kind="block", optional=True),
     Metric("kernels.source", "", "breakdown", "", "cuda (CUPTI) · cpu (the CPU profiler's ops)", kind="text"),
-    Metric("kernels.profiled_calls", "count", "breakdown", "", "calls profiled (one warm call before them)"),
+    Metric("kernels.profiled_calls", "count", "breakdown", "", "calls profiled (after warm_ms of uncounted calls)"),
     Metric("kernels.sum_ms", "ms", "breakdown", "Σ rows.ms", "kernel time per call", shown=("kernels",),
       header="kernel sum ms"),
     Metric("kernels_over_median", "", "frame", "kernels.sum_ms / median_ms", "below 1: launch gaps and host work "
