@@ -15,6 +15,7 @@ No ncu is needed for the bands. The report is redrawn either way.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from datetime import datetime, timezone
 from itertools import groupby
@@ -27,6 +28,7 @@ from bench.config import default_run_dir
 from bench.counters import collect, find_ncu
 from bench.device import check_device_option, resolve_device
 from bench.errors import UsageError
+from bench.faults import is_sticky_cuda_error
 from bench.profiling_config import Bands, Counters
 from bench.reporting import render
 from bench.resources import check_run_fits
@@ -37,6 +39,7 @@ from bench.selection import select_cases
 from bench.timing import time_call
 from kernels.registry import get_provider
 from results.files import ResultsError, ResultsWriter, read_results
+from support.text import one_line
 
 
 def _run_dir(a) -> Path | None:
@@ -131,18 +134,28 @@ def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
             rec = recorded[case.id]
             provider = get_provider(case.provider.name, case.provider.options or None)
             print(f"length bands of {case.id} ...", flush=True)
-            bands = case_bands(
-                case,
-                provider,
-                q,
-                kv,
-                edges,
-                device,
-                lambda fn: time_call(fn, m.timing, device),
-                gate if m.correctness.enabled else None,
-                rec.get("median_ms"),
-                rec.get("kernel_config"),
-            )
+            try:
+                bands = case_bands(
+                    case,
+                    provider,
+                    q,
+                    kv,
+                    edges,
+                    device,
+                    lambda fn: time_call(fn, m.timing, device),
+                    gate if m.correctness.enabled else None,
+                    rec.get("median_ms"),
+                    rec.get("kernel_config"),
+                )
+            except Exception as exc:
+                if not is_sticky_cuda_error(exc):
+                    raise
+                # the process's CUDA context is gone: record why on this case, keep the timed ones, stop
+                why = f"the GPU faulted while its bands were timed: {one_line(exc)}"
+                writer.update_cases({case.id: {"bands": {"edges": edges, "rows": [], "error": why}}})
+                render(run_dir)
+                print(f"error: {case.id}: {why}; the cases after it were not split", file=sys.stderr)
+                return 1
             writer.update_cases({case.id: {"bands": bands}})
     drawn = render(run_dir)
     print(f"stored in {run_dir / 'results.json'}")

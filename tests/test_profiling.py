@@ -199,6 +199,27 @@ def test_profile_bands_adds_bands_to_a_recorded_run(tmp_path, capsys):
     assert b["whole_ms"] == results(out)["cases"][0]["median_ms"]
 
 
+def test_profile_bands_on_a_gpu_fault_records_it_and_stops_with_one_line(tmp_path, capsys, monkeypatch):
+    """A band that faults the GPU under `profile --bands --run`: that case's bands say why, exit 1, no traceback."""
+    import bench.profile as bp
+
+    cfg = config(tmp_path, modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+
+    def faulting(*_, **__):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(bp, "case_bands", faulting)
+    argv = ["profile", str(cfg), "--only", "naive_eager$", "--bands", "--band-edges", "12", "--run", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "the GPU faulted while its bands were timed" in err
+    b = results(out)["cases"][0]["bands"]
+    assert b["rows"] == [] and "illegal memory access" in b["error"] and b["edges"] == [12]
+
+
 def test_bad_band_and_selection_inputs_are_one_line_exit_2(tmp_path, capsys):
     cfg = config(tmp_path)
     err = run_one_line_error(["profile", str(cfg), "--only", "naive", "--bands", "--band-edges", "256,128"], capsys)
