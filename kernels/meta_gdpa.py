@@ -117,6 +117,17 @@ def fork_reason() -> str | None:
     )
 
 
+def accept_object_annotations() -> None:
+    """Meta's backward kernel declares its arguments `Q: object, ...` (`_gdpa_bwd`, at line 2600 of SRC above).
+    Triton 3.6's code generator resolves an annotation as a name, among the kernel's globals and a short
+    list of builtins that lacks `object`: every backward failed to compile on the H200 (`NameError('object
+    is not defined')`, docs/example-h200-peers/logs/errors.log). `object` joins that list for this process;
+    the annotation is then read and dropped, as Triton does with any other."""
+    from triton.compiler.code_generator import CodeGenerator
+
+    CodeGenerator.builtin_namespace.setdefault("object", object)
+
+
 @register
 class MetaGDPAProvider(pc.PeerProvider):
     name = "meta_gdpa"
@@ -149,6 +160,7 @@ class MetaGDPAProvider(pc.PeerProvider):
         return parsed
 
     def _entry(self):
+        accept_object_annotations()
         return self.peer_module().generalized_dot_product_attention
 
     def device_reason(self, device: torch.device) -> str | None:
