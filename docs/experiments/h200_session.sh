@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # One session's GPU work on a lent H200, one step per device call (the machine stays between calls only while
 # they follow each other within its idle window). From the repository root, with what each step carries:
-#   bash docs/experiments/h200_session.sh fa4-1        # .fa4/p1 .hk .peers: wheels part 1, Triton GPU tests
-#   bash docs/experiments/h200_session.sh fa4-2        # .fa4/p2: wheels part 2
+#   bash docs/experiments/h200_session.sh fa4-0        # .fa4/p0 .hk .peers: small wheels, Triton GPU tests
+#   bash docs/experiments/h200_session.sh fa4-1        # .fa4/p1: wheel part 1
+#   bash docs/experiments/h200_session.sh fa4-2        # .fa4/p2: wheel part 2
 #   bash docs/experiments/h200_session.sh install      # .fa4/p3: FA4 installed, the other GPU tests
 #   bash docs/experiments/h200_session.sh start NAME   # production | peers | h200: a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME    # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands        # the independent band timing (issue 26)
-# .fa4/p1..p3: ../shared/gpu/fa4-wheels.sh's wheels split in three (a call carries < 64 MiB with the tree);
+# .fa4/p0..p3: ../shared/gpu/fa4-wheels.sh's wheels in four parts, each small enough to travel with the
+# tracked tree (~30 MB) under a call's 64 MiB: p0 the small wheels, p1..p3 the CUDA 13 cutlass-dsl libs
+# wheel split in 31 MB pieces (cu13p.aa/ab/ac; p3 also pydantic's wheels and install.sh, which joins them).
 # .hk: the Hopper kernels compiled ahead on a CPU machine (`CUTE_DSL_ARCH=sm_90a python
 # docs/experiments/hopper_gpu.py --prebuild .hk && ... jagged_gpu.py --prebuild .hk`); .peers: the peers'
 # checkouts (README "Peer kernels"). Runs that must fit the session's device time use shorter windows than
@@ -31,13 +34,13 @@ start() {
 }
 
 case $step in
-fa4-1)
-  mkdir -p /tmp/fa4 && cp .fa4/p1/* /tmp/fa4/
+fa4-0)
+  mkdir -p /tmp/fa4 && cp .fa4/p0/* /tmp/fa4/
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit,temperature.gpu --format=csv
   python3 -m pytest -q -m gpu tests/test_gdpa_kernels.py 2>&1 | tee "$OUT/pytest-gpu-triton.log" | tail -5
   ;;
-fa4-2)
-  cp .fa4/p2/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
+fa4-1 | fa4-2)
+  cp ".fa4/p${step#fa4-}"/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
   ;;
 install)
   cp .fa4/p3/* /tmp/fa4/ && source .fa4/p3/install.sh && export PYTHONPATH=$PYTHONPATH:$PWD
