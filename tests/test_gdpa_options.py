@@ -437,6 +437,35 @@ def test_a_default_call_reads_nothing_back_forward_and_backward(options):
     assert set(record) == {"dispatch", "fwd", "dkdv", "dq"}
 
 
+def test_a_call_without_a_graph_skips_autograd_and_gives_the_same_output(monkeypatch):
+    """Under no_grad (or with inputs that need no gradient) the op runs its forward without
+    autograd.Function (host time per call: docs/experiments/host_overhead.py); the output and the record
+    are the autograd path's."""
+    from kernels.gdpa import interface
+
+    b = _batch()
+    args = (b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv)
+    with_graph, rec_graph = None, {}
+    leaves = [t.clone().requires_grad_(True) for t in (b.q, b.k, b.v)]
+    with_graph = gdpa(*leaves, *args[3:], activation="silu", record=rec_graph).detach()
+    applied = []
+    real_apply = interface._GDPAFunction.apply
+
+    def counted(*a):
+        applied.append(1)
+        return real_apply(*a)
+
+    monkeypatch.setattr(interface._GDPAFunction, "apply", counted)
+    rec_plain = {}
+    with torch.no_grad():
+        plain = gdpa(*args, activation="silu", record=rec_plain)
+    assert applied == [] and torch.equal(plain, with_graph) and rec_plain == rec_graph
+    gdpa(*args, activation="silu")  # grad mode on, but nothing requires a gradient
+    assert applied == []
+    out = gdpa(*leaves, *args[3:], activation="silu")
+    assert applied == [1] and out.requires_grad
+
+
 def test_provider_calls_the_op_with_its_options_and_record():
     p = get_provider("gdpa_triton", {"dkdv_tiles": [32, 16, 4, 1]})
     b = _batch()
