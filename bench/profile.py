@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from bench.bands import case_bands
+from bench.case_profiling import CaseProfiling
 from bench.config import default_run_dir
 from bench.counters import collect, find_ncu
 from bench.device import check_device_option, resolve_device
@@ -126,7 +127,8 @@ def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
     if not todo:
         raise UsageError(f"--run {run_dir}: none of the selected cases is recorded ok there")
     m = cfg.model
-    gate = {"tolerance": m.correctness.tolerance, "max_check_seqs": m.correctness.max_check_seqs}
+    # each band measured as a case of a run is (bench.case_profiling): the run's timer, graph time, breakdown
+    views = CaseProfiling(m, device, lambda fn: time_call(fn, m.timing, device), run_dir)
     writer = ResultsWriter.of(run_dir, data)
     for w, group in groupby(todo, key=lambda c: c.workload):
         q, kv = w.lengths()
@@ -135,18 +137,7 @@ def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
             provider = get_provider(case.provider.name, case.provider.options or None)
             print(f"length bands of {case.id} ...", flush=True)
             try:
-                bands = case_bands(
-                    case,
-                    provider,
-                    q,
-                    kv,
-                    edges,
-                    device,
-                    lambda fn: time_call(fn, m.timing, device),
-                    gate if m.correctness.enabled else None,
-                    rec.get("median_ms"),
-                    rec.get("kernel_config"),
-                )
+                bands = case_bands(case, provider, q, kv, edges, device, views.measure, views.gate(), rec)
             except Exception as exc:
                 if not is_sticky_cuda_error(exc):
                     raise

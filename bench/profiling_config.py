@@ -4,6 +4,7 @@
       enabled: null      # null: on for GPU runs, off on the CPU; true / false force it
       calls: 3           # calls profiled per case
       warm_ms: 200       # back-to-back uncounted calls first, so the counted ones run at the timed clocks
+      trace: false       # keep each case's Kineto trace: RUN_DIR/traces/<case id>-<hash>.json (Perfetto)
     counters:            # Nsight Compute per selected case, after the sweep (one ncu process for all)
       only: REGEX        # the case ids to profile (none: off)
       keep: false        # keep the .ncu-rep under RUN_DIR/ncu/
@@ -47,6 +48,7 @@ class Breakdown(_Section):
     enabled: bool | None = None
     calls: int = Field(3, ge=1, le=100)
     warm_ms: float = Field(200.0, ge=0, le=10_000)
+    trace: bool = False
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -89,20 +91,27 @@ def sections_record(model) -> dict:
 
 # Rough seconds of the views for the cost model (bench.shard.cost; `gdpa-bench list`): a profiler
 # session's start, stop and parse; an ncu replay of one call's kernels in the shared child process, with
-# its share of the child's start-up and compiles; one band's build, first call and gate beyond its timing.
+# its share of the child's start-up and compiles; one band's build, first call and gate beyond its timing;
+# a CUDA-graph time (two captures of ~20 ms of calls, 2 x 10 replays: bench.graph_timing).
 BREAKDOWN_S = 0.3
 COUNTERS_S = 15.0
 BAND_SETUP_S = 2.0
+GRAPH_S = 0.6
 
 
 def profiling_cost(case_id: str, n_bands: Callable[[], int], model, call_s: float, device: str) -> float:
     """Estimated wall seconds the views add to one case: `n_bands()` counts its non-empty bands (drawn only
-    when the case is selected), `call_s` is a call's estimated time."""
+    when the case is selected), `call_s` is a call's estimated time. Each band is measured as the case is
+    (bench.case_profiling.measure): its samples, graph time and, on a GPU, its breakdown."""
     t, cost = model.timing, 0.0
+    graph = GRAPH_S if t.cuda_graph and device == "cuda" else 0.0
+    breakdown = 0.0
     if model.breakdown.on(device):
-        cost += BREAKDOWN_S + model.breakdown.warm_ms / 1e3 + (model.breakdown.calls + 1) * call_s
+        breakdown = BREAKDOWN_S + model.breakdown.warm_ms / 1e3 + (model.breakdown.calls + 1) * call_s
+    cost += graph + breakdown
     if model.bands.only and re.search(model.bands.only, case_id):
-        cost += n_bands() * (BAND_SETUP_S + t.warmup_ms / 1e3 + t.rep_ms / 1e3) + 3 * call_s
+        per_band = BAND_SETUP_S + t.warmup_ms / 1e3 + t.rep_ms / 1e3 + graph + (breakdown if device == "cuda" else 0)
+        cost += n_bands() * per_band + 3 * call_s
     if model.counters.only and re.search(model.counters.only, case_id) and device == "cuda":
         cost += COUNTERS_S
     return cost

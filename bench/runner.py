@@ -71,7 +71,8 @@ class Runner:
         existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
         self.writer = ResultsWriter(self.run_dir, self.meta(), existing)
         self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
-        self.profiling = CaseProfiling(self.settings, device, self.time)  # the views after the samples (§5)
+        # the views after the samples (§5); traces go under the run folder
+        self.profiling = CaseProfiling(self.settings, device, self.time, self.run_dir)
         self.progress = Progress(0, False, log)
         self.interrupted = False
         self.context_lost: str | None = None  # the sticky CUDA error that ended the sweep (bench.faults)
