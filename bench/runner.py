@@ -345,10 +345,13 @@ class Runner:
     def _finish(self, crash: BaseException | None) -> None:
         try:
             if self.monitor:
-                self.monitor.stop()
-                self._write_power()
-                if self.monitor.error:
-                    self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
+                try:
+                    self.monitor.stop()
+                    self._write_power()
+                    if self.monitor.error:
+                        self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
+                finally:
+                    self.monitor.close()  # ends the sampler process (bench.monitor.child)
         finally:
             stopped = self.interrupted or crash is not None or self.context_lost is not None
             self.writer.update_meta(
