@@ -49,7 +49,7 @@ class CaseProfiling:
             rec["cuda_graph"] = graph_time(fn, self.device, self._flush(), rec.get("median_ms"))
         if self.breakdown_on:
             rec["kernels"] = self.breakdown(fn, case.id)
-            self._idle(rec["kernels"], rec)
+            self.idle(rec["kernels"], rec)
         if self.bands_rx is not None and self.bands_rx.search(case.id):
             rec["bands"] = self.bands(case, rec, provider, batch.q_lengths, batch.kv_lengths)
 
@@ -62,7 +62,7 @@ class CaseProfiling:
     def _flush(self) -> torch.Tensor | None:
         return l2_flush_buffer(self.device) if self.gpu and self.model.timing.flush_l2 else None
 
-    def _idle(self, kernels: dict, rec: dict) -> None:
+    def idle(self, kernels: dict, rec: dict) -> None:
         """The share of the timed call the GPU had no kernel of it, and the `host_bound` flag (GPU only:
         the CPU profiler's ops say nothing about a GPU's idle time)."""
         if kernels.get("source") != "cuda" or kernels.get("sum_ms") is None:

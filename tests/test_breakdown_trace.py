@@ -201,3 +201,22 @@ def test_a_bad_trace_setting_is_one_line(tmp_path, capsys):
     assert main(["list", str(cpu_config(tmp_path, "{trace: sometimes}"))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "breakdown.trace" in err[0] and "Traceback" not in err[0]
+
+
+def test_profile_trace_as_a_new_run_and_on_a_recorded_one(tmp_path, capsys):
+    cfg = cpu_config(tmp_path, "{enabled: false}")
+    cfg.write_text(cfg.read_text() + f"output_dir: {tmp_path / 'runs'}\n")
+    assert main(["profile", str(cfg), "--only", "fwd/", "--trace"]) == 0
+    (new,) = (tmp_path / "runs").iterdir()
+    cases = json.loads((new / "results.json").read_text())["cases"]
+    assert [c["mode"] for c in cases] == ["fwd"]  # the selected cases only
+    check_perfetto_json(new / cases[0]["kernels"]["trace"], calls=3)  # the config's breakdown.calls (default)
+    run = tmp_path / "run"  # a run recorded without breakdowns: --run adds them, with their traces
+    assert main(["run", str(cfg), "--out", str(run), "--no-progress"]) == 0
+    assert main(["profile", str(cfg), "--only", "bwd/", "--trace", "--run", str(run)]) == 0
+    by_mode = {c["mode"]: c for c in json.loads((run / "results.json").read_text())["cases"]}
+    assert "kernels" not in by_mode["fwd"] and by_mode["bwd"]["kernels"]["error"] is None
+    check_perfetto_json(run / by_mode["bwd"]["kernels"]["trace"], calls=3)
+    capsys.readouterr()
+    assert main(["profile", str(cfg), "--only", "bwd/", "--band-edges", "8", "--trace"]) == 2
+    assert "--band-edges: only with --bands" in capsys.readouterr().err

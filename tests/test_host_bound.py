@@ -36,13 +36,13 @@ def test_the_gpu_idle_share_is_recorded_only_for_a_gpu_breakdown(tmp_path):
     views = CaseProfiling(model, torch.device("cpu"), timer=None)
     rec = {"median_ms": 2.0}
     kernels = {"source": "cuda", "sum_ms": 1.5}
-    views._idle(kernels, rec)
+    views.idle(kernels, rec)
     assert kernels["idle_share"] == pytest.approx(0.25) and rec["host_bound"] is True
     rec, cpu = {"median_ms": 2.0}, {"source": "cpu", "sum_ms": 0.5}
-    views._idle(cpu, rec)
+    views.idle(cpu, rec)
     assert "idle_share" not in cpu and "host_bound" not in rec
     failed = {"source": "cuda", "sum_ms": None, "error": "no kernel"}
-    views._idle(failed, rec)
+    views.idle(failed, rec)
     assert "host_bound" not in rec
 
 
