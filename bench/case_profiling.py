@@ -115,7 +115,7 @@ class CaseProfiling:
             return {"edges": self.model.bands.edges, "rows": [], "error": f"length bands failed: {one_line(exc)}"}
 
     def trace_path(self, case_id: str | None) -> Path | None:
-        if case_id is None or self.run_dir is None or not self.model.breakdown.trace:
+        if case_id is None or self.run_dir is None or not self.model.breakdown.traced(case_id):
             return None
         return self.run_dir / "traces" / trace_name(case_id)
 

@@ -130,10 +130,11 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
         "",
     ),
     "breakdown.trace": (
-        "Keep each profiled case's Kineto trace (Chrome trace JSON) as RUN_DIR/traces/<case id>-<hash>.json, "
-        "openable in Perfetto (ui.perfetto.dev) or chrome://tracing; `kernels.trace` names it.",
-        True,
-        "",
+        "Keep the Kineto trace (Chrome trace JSON) of every profiled case (true) or of the cases a regex "
+        "matches, as RUN_DIR/traces/<case id>-<hash>.json, openable in Perfetto (ui.perfetto.dev) or "
+        "chrome://tracing; `kernels.trace` names it (a few MB each).",
+        "fwd/",
+        "true, false, or a Python regular expression matching at least one case id",
     ),
     "counters.only": ("Case ids this regex matches run under Nsight Compute (none: off).", "fwd/", SELECTS),
     "counters.keep": ("Keep the .ncu-rep under RUN_DIR/ncu/.", False, ""),

@@ -4,7 +4,8 @@
       enabled: null      # null: on for GPU runs, off on the CPU; true / false force it
       calls: 3           # calls profiled per case
       warm_ms: 200       # back-to-back uncounted calls first, so the counted ones run at the timed clocks
-      trace: false       # keep each case's Kineto trace: RUN_DIR/traces/<case id>-<hash>.json (Perfetto)
+      trace: false       # keep the Kineto trace (RUN_DIR/traces/<case id>-<hash>.json, for Perfetto) of
+                         # every case (true) or of the cases a regex matches
     counters:            # Nsight Compute per selected case, after the sweep (one ncu process for all)
       only: REGEX        # the case ids to profile (none: off)
       keep: false        # keep the .ncu-rep under RUN_DIR/ncu/
@@ -48,7 +49,20 @@ class Breakdown(_Section):
     enabled: bool | None = None
     calls: int = Field(3, ge=1, le=100)
     warm_ms: float = Field(200.0, ge=0, le=10_000)
-    trace: bool = False
+    trace: bool | str = False
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _trace(cls, v):
+        if isinstance(v, str):
+            return _regex(v)
+        if not isinstance(v, bool):
+            raise ValueError(f"{v!r}; allowed: true, false, or a regex over case ids")
+        return v
+
+    def traced(self, case_id: str) -> bool:
+        """Whether `case_id`'s trace is kept."""
+        return bool(re.search(self.trace, case_id)) if isinstance(self.trace, str) else self.trace
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -118,12 +132,14 @@ def profiling_cost(case_id: str, n_bands: Callable[[], int], model, call_s: floa
 
 
 def check_selections(model, case_ids: list[str], path) -> None:
-    """`counters.only` and `bands.only` must each match at least one of the config's cases."""
-    for section in ("counters", "bands"):  # the sections that select cases
-        only = getattr(model, section).only
+    """`counters.only`, `bands.only` and a `breakdown.trace` regex must each match one of the config's cases."""
+    trace = model.breakdown.trace if isinstance(model.breakdown.trace, str) else None
+    for field, only in (("counters.only", model.counters.only), ("bands.only", model.bands.only)) + (
+        (("breakdown.trace", trace),) if trace is not None else ()
+    ):
         if only is not None and not any(re.search(only, cid) for cid in case_ids):
             example = case_ids[0] if case_ids else "none"
             raise ConfigError(
-                f"{path}: {section}.only: {only!r} matches none of the config's {len(case_ids)} cases; "
+                f"{path}: {field}: {only!r} matches none of the config's {len(case_ids)} cases; "
                 f"allowed: a regex over case ids such as {example!r}"
             )

@@ -198,9 +198,21 @@ def test_a_run_keeps_a_trace_per_case_in_the_run_folder(tmp_path):
 
 
 def test_a_bad_trace_setting_is_one_line(tmp_path, capsys):
-    assert main(["list", str(cpu_config(tmp_path, "{trace: sometimes}"))]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "breakdown.trace" in err[0] and "Traceback" not in err[0]
+    for bad, says in (
+        ("sometimes", "breakdown.trace: 'sometimes' matches none of the config's 2 cases"),
+        ("'(unclosed'", "breakdown.trace: '(unclosed' is not a valid regular expression"),
+        ("3", "breakdown.trace: 3; allowed: true, false, or a regex over case ids"),
+    ):
+        assert main(["list", str(cpu_config(tmp_path, f"{{trace: {bad}}}"))]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0] and "Traceback" not in err[0], err
+
+
+def test_a_trace_regex_keeps_the_matching_cases_traces_only(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", str(cpu_config(tmp_path, "{enabled: true, calls: 1, trace: 'bwd/'}")), "--out", str(out)]) == 0
+    traced = {c["mode"]: "trace" in c["kernels"] for c in json.loads((out / "results.json").read_text())["cases"]}
+    assert traced == {"fwd": False, "bwd": True} and len(list((out / "traces").iterdir())) == 1
 
 
 def test_profile_trace_as_a_new_run_and_on_a_recorded_one(tmp_path, capsys):
