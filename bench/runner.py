@@ -140,10 +140,10 @@ class Runner:
             return
         try:
             self.say("calibrating: 8192^3 bf16 GEMM and a device copy ...")
-            if self.monitor:
+            if self.monitor is not None:  # not its truth: a monitor with no sample yet has len() 0
                 self.monitor.begin_case("calibration/gemm")
             gemm = calibrate_gemm(self.device, self.monitor, seconds=self.settings.hardware.calibrate_seconds)
-            if self.monitor:
+            if self.monitor is not None:
                 self.monitor.end_case()
             copy = calibrate_copy(self.device)
             self.writer.update_meta(
@@ -344,10 +344,11 @@ class Runner:
 
     def _finish(self, crash: BaseException | None) -> None:
         try:
-            if self.monitor:
+            if self.monitor is not None:
                 try:
                     self.monitor.stop()
-                    self._write_power()
+                    if len(self.monitor):  # no power.csv from a monitor that never sampled (no NVML)
+                        self._write_power()
                     if self.monitor.error:
                         self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
                 finally:
@@ -373,14 +374,14 @@ class Runner:
         for case in group:
             self.progress.started(case.id)
             flops = w.flops(case.mode, (q_len, kv_len))
-            if self.monitor:
+            if self.monitor is not None:
                 self.monitor.begin_case(case.id)
             if batch is None:
                 rec = self.blank_record(case, wstats, flops)
                 rec.update(status="skipped" if too_big else "failed", error=too_big or build_error)
             else:
                 rec = self.run_case(case, batch, wstats, flops)
-            if self.monitor:
+            if self.monitor is not None:
                 self.monitor.end_case()
             self.writer.add_case(rec)
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
