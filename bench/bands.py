@@ -10,9 +10,10 @@ launches; < 1: the whole batch pays for its mix). The batch's *jaggedness ceilin
 of the whole batch at the kernel's tile × the kernel's long-sequence speed (the best TFLOP/s of its
 bands): what this kernel would reach if jaggedness cost nothing but the partial tiles.
 
-A band of short sequences can be host-bound: launched alone its GPU work is shorter than the op's host
-work per call (~0.1 ms of Python for our op), so its events time the host; inside the whole batch that host
-work hides behind the long sequences' kernels. Each band therefore shows its kernels' time and the share of
+A band of short sequences can be host-bound: launched alone its GPU work is about as long as the host's
+work per call (our op's ~0.1 ms of Python, the backend's launches, the flush and the events), so its events
+time the host whenever the host falls behind; inside the whole batch that host work hides behind the long
+sequences' kernels. Each band therefore shows its kernels' time and the share of
 its call the GPU idled (`idle_share`), and when the bands do not sum to within 10% of the whole batch `why`
 says which of the two it is: host time (the kernels sum close to the whole batch's) or the kernels
 themselves costing more apart.
