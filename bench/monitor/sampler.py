@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from bench.monitor.child import resolve
+from bench.monitor.child import COLUMNS, resolve
 from bench.monitor.measure import power_of_window, run_for
 from bench.monitor.nvml import MISSING, NvmlDevice, PowerReadError
 from bench.monitor.reasons import decode_reasons
@@ -27,6 +27,8 @@ from bench.monitor.summary import AT_CAP_FRACTION
 from results.files import atomic_write
 from results.power_csv import power_csv_text
 from support.text import one_line
+
+CHILD_COLUMNS = tuple(name for name, _ in COLUMNS)
 
 
 def _value(v: int) -> int | None:
@@ -149,17 +151,12 @@ class PowerMonitor:
             for t in cols["t"]:
                 at = bisect.bisect_right(times, t) - 1
                 self._case.append(cases[at] if at >= 0 else 0)
-            for arr, name in (
-                (self._t, "t"),
-                (self._power, "power"),
-                (self._sm, "sm"),
-                (self._mem, "mem"),
-                (self._temp, "temp"),
-                (self._mask, "mask"),
-                (self._energy, "energy"),
-                (self._energy_t, "energy_t"),
-            ):
+            for name, arr in zip(CHILD_COLUMNS, self._columns(), strict=True):
                 arr.extend(cols[name])
+
+    def _columns(self) -> tuple[array, ...]:
+        """The sample arrays in the child's column order (bench.monitor.child.COLUMNS)."""
+        return (self._t, self._power, self._sm, self._mem, self._temp, self._mask, self._energy, self._energy_t)
 
     def _pull(self) -> None:
         if self._remote is not None:
@@ -276,17 +273,7 @@ class PowerMonitor:
         """Drop recorded samples and markers (the time origin is kept)."""
         self._pull()
         with self._lock:
-            for arr in (
-                self._t,
-                self._power,
-                self._sm,
-                self._mem,
-                self._temp,
-                self._mask,
-                self._case,
-                self._energy,
-                self._energy_t,
-            ):
+            for arr in (*self._columns(), self._case):
                 del arr[:]
             self._markers.clear()
 
