@@ -67,7 +67,7 @@ class Provider:
     # cache). The multi-GPU sharder keeps such a provider's cases on one worker, so one process pays it.
     process_setup_s: ClassVar[float] = 0.0
     # How the scores take memory, for the harness's estimate before anything is allocated
-    # (bench.resources): "tiles" (a fused kernel: O(tokens)), "padded" (B·H·maxLq·maxLk score tensors
+    # (bench.config.resources): "tiles" (a fused kernel: O(tokens)), "padded" (B·H·maxLq·maxLk score tensors
     # of the padded layout), "padded_fused" (the same, activation and mask fused by a compiler),
     # "per_sequence" (fp32, one sequence at a time; with autograd the graph keeps every sequence's).
     scores_memory: ClassVar[str] = "tiles"

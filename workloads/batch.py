@@ -127,7 +127,7 @@ def make_batch(
     def randn(rows: int, heads: int) -> torch.Tensor:
         # generate in fp32 then cast: the same values for every dtype at a given seed
         t = torch.randn(rows, heads, D, generator=gen, device=device, dtype=torch.float32)
-        return t.mul_(scale).to(dtype)  # in place: one fp32 copy at a time (bench.resources.batch_need)
+        return t.mul_(scale).to(dtype)  # in place: one fp32 copy at a time (bench.config.resources.batch_need)
 
     total_q, total_kv = int(q_lengths.sum()), int(kv_lengths.sum())
     q = randn(total_q, H)

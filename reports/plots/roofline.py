@@ -1,6 +1,6 @@
 """Roofline: arithmetic intensity vs achieved TFLOP/s with the compute and bandwidth roofs. Points are
 placed by the analytic FLOPs and compulsory bytes; where Nsight Compute read a case's counters
-(bench.counters), a star marks the measured point (useful FLOPs over the DRAM bytes moved, and over the
+(bench.profiling.counters), a star marks the measured point (useful FLOPs over the DRAM bytes moved, and over the
 kernels' time), with an arrow from the analytic one (CSV rows `kind=case_measured`)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`gdpa-bench` / `python -m bench`: one command line, every command a subcommand (docs/DESIGN.md §7).
 
-The commands that run or inspect a sweep are bench.commands, the ones that present results the report
-step's (bench.reporting); the option groups several commands take are bench.options. Bad input (config,
+The commands that run or inspect a sweep are bench.cli.commands, the ones that present results the report
+step's (bench.cli.reporting); the option groups several commands take are bench.cli.options. Bad input (config,
 paths, options) prints one line naming the file, the field and what is allowed, and exits 2. A failing
 kernel never stops a sweep: it is recorded in results.json.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import commands, reporting
+from bench.cli import commands, reporting
 from bench.errors import EXIT_BAD_INPUT, MAX_LINE, ConfigError, UsageError
-from bench.signals import command_started, entry_signal
+from bench.sweep.signals import command_started, entry_signal
 from results.files import ResultsWriteError
 from support.text import one_line
 
@@ -52,13 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from bench.device import use_interpreter_without_gpu
+    from bench.case.device import use_interpreter_without_gpu
 
     use_interpreter_without_gpu()
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv
-        command_started()  # a signal from here on stops the command cleanly (bench.signals)
+        command_started()  # a signal from here on stops the command cleanly (bench.sweep.signals)
         return args.handler(args)
     except (ConfigError, UsageError, ResultsWriteError) as exc:
         print(f"error: {one_line(str(exc), MAX_LINE)}", file=sys.stderr)

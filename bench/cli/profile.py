@@ -1,13 +1,13 @@
 """`gdpa-bench profile CONFIG --only REGEX [--run RUN_DIR]`: the profiling views of selected cases, on demand.
 
-Without `--bands`: Nsight Compute over the selected cases (bench.counters: one ncu process for all of
+Without `--bands`: Nsight Compute over the selected cases (bench.profiling.counters: one ncu process for all of
 them, clocks untouched), per kernel tensor-pipe activity, SM and DRAM throughput, occupancy, registers,
 spills; stored per case (`counters`, and the summary `tc_util_ncu`) in the run's results.json with
 `--run`, else in `profile.json` under `<output_dir>/profile-<config>-<UTC time>/`. `--keep` keeps the
 `.ncu-rep` (under `RUN_DIR/ncu/` with --run).
 
 With `--bands [--band-edges 64,128,...]`: each selected case's batch split into length bands, every band
-timed alone (bench.bands). With `--run`, the bands of the cases recorded ok there are added to that run
+timed alone (bench.profiling.bands). With `--run`, the bands of the cases recorded ok there are added to that run
 (against its whole-batch medians); without it, the selected cases run as a new run folder with their bands.
 No ncu is needed for the bands. The report is redrawn either way.
 """
@@ -23,20 +23,20 @@ from pathlib import Path
 
 import torch
 
-from bench.bands import case_bands
-from bench.config import default_run_dir
-from bench.counters import collect, find_ncu
-from bench.device import check_device_option, resolve_device
+from bench.case.device import check_device_option, resolve_device
+from bench.case.faults import is_sticky_cuda_error
+from bench.case.timing import time_call
+from bench.config.models import default_run_dir
+from bench.config.profiling import Bands, Counters
+from bench.config.resources import check_run_fits
+from bench.config.selection import select_cases
 from bench.errors import UsageError
-from bench.faults import is_sticky_cuda_error
-from bench.profiling_config import Bands, Counters
-from bench.reporting import render
-from bench.resources import check_run_fits
-from bench.rundir import check_new_run_dir
-from bench.runlock import run_folder_lock
-from bench.runner import Runner
-from bench.selection import select_cases
-from bench.timing import time_call
+from bench.profiling.bands import case_bands
+from bench.profiling.counters import collect, find_ncu
+from bench.sweep.report import render
+from bench.sweep.rundir import check_new_run_dir
+from bench.sweep.runlock import run_folder_lock
+from bench.sweep.runner import Runner
 from kernels.registry import get_provider
 from results.files import ResultsError, ResultsWriter, read_results
 from support.text import one_line
@@ -108,7 +108,7 @@ def profile_bands(cfg, cases, a) -> int:
         out, option = default_run_dir(cfg), f"{cfg.path}: output_dir:"
         check_new_run_dir(out, option)
         check_run_fits(cases, device, cfg.model.correctness.enabled)
-        with run_folder_lock(out, option):  # one writer per run folder, as `run` (bench.runlock)
+        with run_folder_lock(out, option):  # one writer per run folder, as `run` (bench.sweep.runlock)
             check_new_run_dir(out, option)
             Runner(replace(cfg, model=model), out, device).run(cases)
             drawn = render(out)

@@ -1,5 +1,5 @@
 """The commands that run or inspect a sweep: run, list, workloads, profile, env, submit, merge (docs/DESIGN.md
-§7). The commands that present results are the report step's (bench.reporting).
+§7). The commands that present results are the report step's (bench.cli.reporting).
 
 Each handler imports what it needs when it runs: the CLI chooses the Triton interpreter before any kernel
 module is imported, and `--help` must not pay for torch.
@@ -12,14 +12,14 @@ import os
 import sys
 from pathlib import Path
 
-from bench import options
+from bench.cli import options
+from bench.cli.options import Command
 from bench.errors import EXIT_BAD_INPUT, EXIT_CONTEXT_LOST, EXIT_FAILED, UsageError
-from bench.options import Command
 from support.inputs import integer
 
 
 def _load(path):
-    from bench.config import load_config
+    from bench.config.models import load_config
 
     return load_config(path)
 
@@ -48,17 +48,17 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case-list", help=argparse.SUPPRESS)  # internal: a shard's case ids, one per line
     parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)  # internal: the merge renders
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: bench.shard.worker
-    # internal: the run folder's lock, held by the worker's parent and passed down (bench.runlock.inherited_lock)
+    # internal: the run folder's lock, held by the worker's parent and passed down (bench.sweep.runlock.inherited_lock)
     parser.add_argument("--lock-fd", type=integer, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench.config import default_run_dir
-    from bench.device import check_device, check_device_option, resolve_device
-    from bench.resources import check_run_fits
-    from bench.rundir import check_new_run_dir, check_resume, folder_option
-    from bench.runlock import inherited_lock, run_folder_lock
-    from bench.selection import restrict_to_list, select_cases
+    from bench.case.device import check_device, check_device_option, resolve_device
+    from bench.config.models import default_run_dir
+    from bench.config.resources import check_run_fits
+    from bench.config.selection import restrict_to_list, select_cases
+    from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option
+    from bench.sweep.runlock import inherited_lock, run_folder_lock
 
     for option, value in (("--out", args.out), ("--resume", args.resume)):
         if value is not None:
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     isolation = args.isolation or ("process" if cfg.model.device == "cuda" else "none")
     if isolation == "process" and not args.worker:
         # This process holds the folder's lock until its last worker has ended, and passes it down to each
-        # worker (bench.runlock): a second run of the folder is refused, the workers are not, and no other
+        # worker (bench.sweep.runlock): a second run of the folder is refused, the workers are not, and no other
         # writer can slip in between a faulted worker and the fresh one. The worker checks the memory.
         with run_folder_lock(run_dir, option) as lock_fd:
             if not args.resume:
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.lock_fd is not None:
         lock = inherited_lock(run_dir, args.lock_fd, option)
     else:
-        lock = run_folder_lock(run_dir, option)  # one writer per run folder (bench.runlock)
+        lock = run_folder_lock(run_dir, option)  # one writer per run folder (bench.sweep.runlock)
     with lock:
         if not args.resume:
             check_new_run_dir(run_dir, option)  # a run that ended there while we checked
@@ -112,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
     """The sweep in this process and its report; Ctrl-C/SIGTERM end it with the finished cases and the
     report written. As a worker (`--worker`) it leaves the report and the closing lines to its parent."""
-    from bench.reporting import render
-    from bench.runner import Runner
-    from bench.signals import interrupts
+    from bench.sweep.report import render
+    from bench.sweep.runner import Runner
+    from bench.sweep.signals import interrupts
 
     runner, counts, drawn, lost = None, None, True, None
     with interrupts() as sig:
@@ -146,10 +146,10 @@ def _sweep_in_worker(args: argparse.Namespace, cfg, run_dir: Path, lock_fd: int)
     """The sweep in a worker process, started afresh after each CUDA fault (bench.shard.worker), then the
     report and the closing lines over every case of the run folder. `lock_fd`: the folder's lock, held
     here and passed to each worker."""
-    from bench.reporting import render
     from bench.shard.merge import rc_text
     from bench.shard.worker import recorded, run_in_worker
-    from bench.signals import interrupts
+    from bench.sweep.report import render
+    from bench.sweep.signals import interrupts
     from results.files import ResultsError, read_results
 
     before, drawn = recorded(run_dir), True
@@ -202,7 +202,7 @@ def _closing_lines(
 ) -> int:
     """`done: ...` (exit 1 when the report was not drawn), or why the run stopped and the command that
     continues it; returns `code`."""
-    from bench.rundir import resume_command
+    from bench.sweep.rundir import resume_command
 
     results = run_dir / "results.json"
     if stopped is None:
@@ -226,7 +226,7 @@ def list_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def list_cases(args: argparse.Namespace) -> int:
-    from bench.selection import select_cases
+    from bench.config.selection import select_cases
     from bench.shard import case_cost
 
     cfg = _load(args.config)
@@ -270,8 +270,8 @@ def workloads_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def workloads(args: argparse.Namespace) -> int:
-    from bench.rundir import check_writable_folder, folder_option
-    from bench.workload_report import default_out, describe
+    from bench.cli.workload_report import default_out, describe
+    from bench.sweep.rundir import check_writable_folder, folder_option
 
     out = None if args.out is None else folder_option(args.out, "--out")
     cfg = _load(args.config)
@@ -293,7 +293,7 @@ def profile_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def profile(args: argparse.Namespace) -> int:
-    from bench.profile import profile
+    from bench.cli.profile import profile
 
     return profile(_load(args.config), args)
 
@@ -306,8 +306,8 @@ def env_arguments(parser: argparse.ArgumentParser) -> None:
 def env(args: argparse.Namespace) -> int:
     import torch
 
-    from bench.env import print_env
-    from bench.provider_specs import load_provider_modules
+    from bench.config.providers import load_provider_modules
+    from bench.sweep.env import print_env
 
     load_provider_modules()  # a module that does not import: one line, before any of the table
     dev = torch.device("cuda", args.device or 0) if torch.cuda.is_available() else torch.device("cpu")
@@ -336,11 +336,11 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    from bench.reporting import render
-    from bench.rundir import folder_option
-    from bench.runlock import run_folder_lock
     from bench.shard import merge_planned
     from bench.shard.plan import read_plan
+    from bench.sweep.report import render
+    from bench.sweep.rundir import folder_option
+    from bench.sweep.runlock import run_folder_lock
 
     run_dir = folder_option(args.run_dir, "merge")
     if not run_dir.is_dir():

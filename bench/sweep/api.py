@@ -44,24 +44,24 @@ def run(
     - `progress`: show the tqdm bar (off by default: a notebook cell shows the per-case lines).
 
     Bad input raises `ConfigError` / `UsageError` (both ValueErrors) before anything is written; a run
-    folder another process is writing is refused the same way (bench.runlock). An interrupted run
+    folder another process is writing is refused the same way (bench.sweep.runlock). An interrupted run
     (KeyboardInterrupt) returns the cases finished so far, `df.attrs["interrupted"]`.
-    The sweep runs in this process: a case that faults the GPU (a sticky CUDA error, bench.faults) is a
+    The sweep runs in this process: a case that faults the GPU (a sticky CUDA error, bench.case.faults) is a
     `failed` row and ends the sweep, `df.attrs["context_lost"]` its error; the rest needs a new process
     (`resume=` from a fresh Python, or `gdpa-bench run CONFIG --resume RUN_DIR`, which runs in worker
     processes and continues past a fault).
     """
-    from bench.device import use_interpreter_without_gpu
+    from bench.case.device import use_interpreter_without_gpu
 
     use_interpreter_without_gpu()  # before any kernel module is imported
-    from bench.config import default_run_dir, load_config
-    from bench.device import check_device_option, resolve_device
+    from bench.case.device import check_device_option, resolve_device
+    from bench.config.models import default_run_dir, load_config
+    from bench.config.resources import check_run_fits
+    from bench.config.selection import select_cases
     from bench.errors import UsageError
-    from bench.resources import check_run_fits
-    from bench.rundir import check_new_run_dir, check_resume, folder_option
-    from bench.runlock import run_folder_lock
-    from bench.runner import Runner
-    from bench.selection import select_cases
+    from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option
+    from bench.sweep.runlock import run_folder_lock
+    from bench.sweep.runner import Runner
     from results.frame import load_run
 
     _check_arguments(only, providers, device, force, progress)

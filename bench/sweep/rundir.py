@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from bench.config import LoadedConfig
+from bench.config.models import LoadedConfig
 from bench.errors import UsageError
 from results.files import ResultsError, read_results
 from support.inputs import InputError, check_path_text

@@ -22,10 +22,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from bench.cases import Case, dtype_of
-from bench.faults import is_sticky_cuda_error
-from bench.gate import correctness
-from bench.timing import Samples
+from bench.case.faults import is_sticky_cuda_error
+from bench.case.gate import correctness
+from bench.case.timing import Samples
+from bench.config.cases import Case, dtype_of
 from kernels.registry import Provider
 from results.figures import tflops
 from support.text import one_line
@@ -101,7 +101,7 @@ def time_band(
         raise
     except BaseException as exc:  # a band that raises is recorded; the case and the sweep go on
         if is_sticky_cuda_error(exc):
-            raise  # unless it faulted the GPU: then it is the case's (bench.faults)
+            raise  # unless it faulted the GPU: then it is the case's (bench.case.faults)
         out.update(status="failed", error=one_line(exc))
     finally:
         del fn, batch

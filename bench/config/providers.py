@@ -4,7 +4,7 @@ file and the entry, or a `UsageError` naming the module that does not import."""
 
 from __future__ import annotations
 
-from bench.cases import ProviderSpec
+from bench.config.cases import ProviderSpec
 from bench.errors import ConfigError, UsageError
 from kernels.registry import ProviderModuleError, get_provider, provider_names
 from support.suggest import did_you_mean

@@ -1,5 +1,5 @@
 """Reading a config — a YAML file or a Python dict — into plain data, with every guard applied before the
-data reaches the models (bench.config): the path's text, a regular file of bounded size (a FIFO or a
+data reaches the models (bench.config.models): the path's text, a regular file of bounded size (a FIFO or a
 device is refused, not waited on), YAML nesting depth and alias expansion counted on the parser's events
 before anything is built (a 9×9 alias bomb is ~400 million values), duplicate keys, and the built data
 checked like any untrusted data (reports.inputs.check_plain: integer width, key types, cycles, numpy

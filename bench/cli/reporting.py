@@ -1,8 +1,8 @@
-"""The report step: the one place under bench/ that draws for people (tests/test_structure.py holds it).
+"""The commands that present results: report, compare (the CI gate), table, power-checks, fields.
 
-`render` draws a finished run's report (run, merge, profile call it; a report bug never loses a sweep),
-and the commands that present results are here: report, compare (the CI gate), table, power-checks, fields.
-The figures come from the results layer; reports/ only lays them out.
+With bench.sweep.report (`render`: a finished run's report, which run, merge and profile draw) this is one
+of the two places under bench/ that draw for people (tests/test_structure.py holds it). The figures come
+from the results layer; reports/ only lays them out.
 """
 
 from __future__ import annotations
@@ -10,35 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from bench import options
+from bench.cli import options
+from bench.cli.options import Command
 from bench.errors import EXIT_FAILED, MAX_LINE, UsageError
-from bench.options import Command
 from results.files import ResultsWriteError
 from support.text import one_line
-
-
-def render(run_dir: Path) -> bool:
-    """report.md/.html and plots/ for `run_dir`. True when drawn; False after one line on stderr saying why
-    not (the caller exits non-zero: the results are kept, the report is missing). A report file that
-    cannot be written (disk full, read-only) is a `ResultsWriteError` (exit 2)."""
-    try:
-        from reports.render import render_report  # Matplotlib only when a report is drawn
-    except ImportError as exc:
-        print(f"report not rendered: {exc}", file=sys.stderr)
-        return False
-    try:
-        paths = render_report(run_dir)
-    except ResultsWriteError:
-        raise
-    except OSError as exc:
-        raise ResultsWriteError.of(Path(run_dir) / "report.md", exc) from None
-    except Exception as exc:  # a report bug must not lose a finished sweep, nor pass for a drawn report
-        print(f"report rendering failed: {one_line(exc, MAX_LINE)}", file=sys.stderr)
-        return False
-    print(f"report: {paths.get('html') or paths}", flush=True)
-    return True
 
 
 def _read(path: str) -> dict:
@@ -60,7 +37,7 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
-    from bench.rundir import folder_option
+    from bench.sweep.rundir import folder_option
     from reports.render import render_report
     from results.checks import check_results
     from results.files import ResultsError

@@ -4,7 +4,7 @@ Cases are grouped by workload so each jagged batch is built once on the device. 
 four states: `ok` (timed), `incorrect` (failed the correctness gate: not timed), `failed` (raised, e.g.
 out of memory: memory is freed and the sweep goes on) or `skipped` (the provider cannot run here or
 does not support the case, with the reason). results.json/.csv are rewritten after every case
-(docs/DESIGN.md §5, §6). A case that faults the GPU (a sticky CUDA error: bench.faults) is recorded
+(docs/DESIGN.md §5, §6). A case that faults the GPU (a sticky CUDA error: bench.case.faults) is recorded
 `failed` and ends the sweep with `context_lost` set: the process's CUDA context is unusable, so the cases
 after it are left to a fresh process (`--resume`; the command's worker process does that by itself).
 """
@@ -22,20 +22,20 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from bench import env as envmod
-from bench.calibrate import calibrate_copy, calibrate_gemm
-from bench.case_power import CasePower
-from bench.case_profiling import CaseProfiling
-from bench.cases import Case, Workload
-from bench.config import LoadedConfig
-from bench.faults import ContextLost, is_sticky_cuda_error
-from bench.gate import correctness
+from bench.case.calibrate import calibrate_copy, calibrate_gemm
+from bench.case.faults import ContextLost, is_sticky_cuda_error
+from bench.case.gate import correctness
+from bench.case.power import CasePower
+from bench.case.timing import Samples, sync_for, time_call
+from bench.config.cases import Case, Workload
+from bench.config.models import LoadedConfig
+from bench.config.profiling import sections_record
+from bench.config.resources import Shape, batch_need, case_need, free_bytes, skip_reason
 from bench.monitor import PowerMonitor
-from bench.profiling_config import sections_record
-from bench.progress import Progress, format_rate
-from bench.resources import Shape, batch_need, case_need, free_bytes, skip_reason
-from bench.signals import interrupts
-from bench.timing import Samples, sync_for, time_call
+from bench.profiling.views import CaseProfiling
+from bench.sweep import env as envmod
+from bench.sweep.progress import Progress, format_rate
+from bench.sweep.signals import interrupts
 from kernels.registry import Provider, get_provider
 from results.files import ResultsWriteError, ResultsWriter, atomic_write, read_results
 from results.power_csv import append_timeline, power_csv_text, read_power_text
@@ -74,7 +74,7 @@ class Runner:
         self.profiling = CaseProfiling(self.settings, device, self.time)  # the views after the samples (§5)
         self.progress = Progress(0, False, log)
         self.interrupted = False
-        self.context_lost: str | None = None  # the sticky CUDA error that ended the sweep (bench.faults)
+        self.context_lost: str | None = None  # the sticky CUDA error that ended the sweep (bench.case.faults)
 
     # -- setup -------------------------------------------------------------------------------------
     def meta(self) -> dict:
@@ -197,7 +197,7 @@ class Runner:
         return time_call(fn, self.settings.timing, self.device)
 
     def too_big(self, case: Case, batch) -> str | None:
-        """The `skipped` reason of a case whose working set does not fit in the free memory (bench.resources)."""
+        """The `skipped` reason of a case whose working set does not fit in the free memory (bench.config.resources)."""
         shape = Shape.of(case.workload, batch.q_lengths, batch.kv_lengths)
         need = case_need(shape, case.mode, self.provider(case).scores_memory, self.settings.correctness.enabled)
         return skip_reason(need, free_bytes(self.device), self.device, "the case beyond its batch")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.config import LoadedConfig
+from bench.config.models import LoadedConfig
 from results.files import ResultsWriteError
 from results.metrics import WORKLOAD_METRICS, shown_in
 from workloads import length_stats, plot_length_histogram

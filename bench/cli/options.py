@@ -50,7 +50,8 @@ def band_edges(text: str) -> list[int]:
 
 
 def bands(parser: argparse.ArgumentParser) -> None:
-    """The length bands of selected cases (bench.bands; the config's `bands` section does the same in a run)."""
+    """The length bands of selected cases (bench.profiling.bands; the config's `bands` section does the same in a
+    run)."""
     group = parser.add_argument_group("length bands (docs/DESIGN.md §5)")
     group.add_argument(
         "--bands", action="store_true", help="time each case's length bands alone (no Nsight Compute needed)"

@@ -1,4 +1,4 @@
-"""A config's pydantic ValidationError as the one line a user reads (bench.config raises it as ConfigError)."""
+"""A config's pydantic ValidationError as the one line a user reads (bench.config.models raises it as ConfigError)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The profiling views of a run's cases (docs/DESIGN.md §5, "Where the time goes"): after a case's timed
-samples and energy loop, its kernel breakdown (bench.breakdown) and, for the cases `bands.only` selects,
-its length bands (bench.bands); after the sweep, Nsight Compute over the cases `counters.only` selects
-(bench.counters). None of them can fail a case: what goes wrong is recorded in its block (`kernels.error`,
+samples and energy loop, its kernel breakdown (bench.profiling.breakdown) and, for the cases `bands.only` selects,
+its length bands (bench.profiling.bands); after the sweep, Nsight Compute over the cases `counters.only` selects
+(bench.profiling.counters). None of them can fail a case: what goes wrong is recorded in its block (`kernels.error`,
 `bands.error` or a band's `error`, `counters.status` and `reason`), except a fault of the GPU (a sticky
-CUDA error, bench.faults), which is the case's: it is recorded `failed` and ends the process's sweep.
+CUDA error, bench.case.faults), which is the case's: it is recorded `failed` and ends the process's sweep.
 The views run wherever the sweep runs, a worker process included (bench.shard.worker); a restarted worker
 resumes the run folder, so the cases already recorded keep their views, and Nsight Compute after the
-sweep profiles only the selected cases that have no counters yet (bench.counters.for_run)."""
+sweep profiles only the selected cases that have no counters yet (bench.profiling.counters.for_run)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from bench.bands import case_bands
-from bench.breakdown import failed, kernel_breakdown
-from bench.cases import Case
-from bench.counters import for_run
-from bench.faults import is_sticky_cuda_error
-from bench.timing import Samples, l2_flush_buffer
+from bench.case.faults import is_sticky_cuda_error
+from bench.case.timing import Samples, l2_flush_buffer
+from bench.config.cases import Case
+from bench.profiling.bands import case_bands
+from bench.profiling.breakdown import failed, kernel_breakdown
+from bench.profiling.counters import for_run
 from kernels.registry import Provider
 from results.files import ResultsWriter
 from support.text import one_line
@@ -69,7 +69,7 @@ class CaseProfiling:
             raise
         except Exception as exc:  # each band records its own failure; this is the split itself failing
             if is_sticky_cuda_error(exc):
-                raise  # the GPU faulted: the case's error, and the process's end (bench.faults)
+                raise  # the GPU faulted: the case's error, and the process's end (bench.case.faults)
             return {"edges": self.model.bands.edges, "rows": [], "error": f"length bands failed: {one_line(exc)}"}
 
     def breakdown(self, fn) -> dict:
@@ -82,5 +82,5 @@ class CaseProfiling:
             raise
         except Exception as exc:  # the case was timed; a profiler that fails only loses its breakdown
             if is_sticky_cuda_error(exc):
-                raise  # the GPU faulted: the case's error, and the process's end (bench.faults)
+                raise  # the GPU faulted: the case's error, and the process's end (bench.case.faults)
             return failed(f"kernel breakdown failed: {one_line(exc)}", calls, self.device)

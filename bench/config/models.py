@@ -3,7 +3,7 @@
 A config names the hardware target and power cap, the workload sets (shapes, dtype, activation,
 max lengths, length family and its parameters, the Q/KV pairing rule, seeds), the providers, the modes,
 the baseline provider, timing budgets and the output directory. Any list-valued workload field is a
-sweep axis (bench.cases).
+sweep axis (bench.config.cases).
 
 A provider entry is a registry name or a mapping `{name, label, options}`: the same provider may run
 twice with different options under two labels, e.g. `{name: gdpa_triton, label: gdpa_triton_pinned,
@@ -26,13 +26,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bench.cases import Case, ProviderSpec, as_list, cases_of, expand_set, sweep_points
-from bench.config_errors import validation_message
-from bench.config_source import DICT_SOURCE, read_config
+from bench.config.cases import Case, ProviderSpec, as_list, cases_of, expand_set, sweep_points
+from bench.config.profiling import Bands, Breakdown, Counters, check_selections
+from bench.config.providers import resolve_providers
+from bench.config.resources import check_host_for_lengths
+from bench.config.source import DICT_SOURCE, read_config
+from bench.config.validation import validation_message
 from bench.errors import ConfigError
-from bench.profiling_config import Bands, Breakdown, Counters, check_selections
-from bench.provider_specs import resolve_providers
-from bench.resources import check_host_for_lengths
 from kernels.activations import ACTIVATION_NAMES
 from support.inputs import InputError, check_path_text
 from support.suggest import did_you_mean
@@ -186,7 +186,7 @@ def _entries(v):
 
 class WorkloadSet(_Strict):
     name: str = Field(min_length=1, max_length=MAX_NAME)
-    # int32 offsets address the packed tensors: no size beyond that (memory is checked per case, bench.resources)
+    # int32 offsets address the packed tensors: no size beyond that (memory is checked per case, bench.config.resources)
     B: int = Field(gt=0, le=MAX_LENGTH)
     H: int = Field(gt=0, le=MAX_LENGTH)
     Hkv: int | None = Field(None, gt=0, le=MAX_LENGTH)
@@ -269,7 +269,7 @@ class BenchConfig(_Strict):
     timing: Timing = Timing()
     correctness: Correctness = Correctness()
     power: Power = Power()
-    breakdown: Breakdown = Breakdown()  # the profiling views: bench/profiling_config.py
+    breakdown: Breakdown = Breakdown()  # the profiling views: bench/config/profiling.py
     counters: Counters = Counters()
     bands: Bands = Bands()
     output_dir: str = "runs"

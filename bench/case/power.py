@@ -8,8 +8,8 @@ import re
 import statistics
 from collections.abc import Callable
 
-from bench.cases import Case
-from bench.timing import Samples
+from bench.case.timing import Samples
+from bench.config.cases import Case
 
 
 class CasePower:

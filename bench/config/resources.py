@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.cases import Case, Workload
+from bench.config.cases import Case, Workload
 from bench.errors import ConfigError, UsageError
 from kernels.registry import provider_class
 

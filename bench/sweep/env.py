@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 from torch.utils import collect_env
 
-from bench import hardware
+from bench.case import hardware
 from bench.monitor import PowerMonitor, device_facts, gpu_index_from_device
 from kernels.registry import get_provider, provider_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV_PREFIXES = ("GDPA_", "TRITON_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
 # A tree copied without .git (e.g. to a remote GPU machine) can name its commit here; dirty is then unknown.

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from bench.cases import Case, select
-from bench.config import LoadedConfig
+from bench.config.cases import Case, select
+from bench.config.models import LoadedConfig
 from bench.errors import UsageError
 from kernels.registry import provider_names
 from support.inputs import InputError, MiB, read_regular

@@ -16,7 +16,7 @@ sm_clock_mhz, report}; the summary also goes to the older fields
 `tc_util_ncu`, `ncu_sm_clock_mhz`, `ncu_duration_ms`, `ncu_report`. No ncu, no permission to read the
 counters (ERR_NVGPUCTRPERM), or a CPU run: `skipped` with why.
 
-    python -m bench.counters --cases CASES.pkl --sidecar OUT.json [--device N]   # the child, under ncu
+    python -m bench.profiling.counters --cases CASES.pkl --sidecar OUT.json [--device N]   # the child, under ncu
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cases import Case
+from bench.config.cases import Case
 from kernels.registry import get_provider
 from support.text import one_line
 
@@ -163,7 +163,7 @@ def ncu_command(ncu: str, cases_file: Path, sidecar: Path, device: int | None, e
         cmd += ["--export", str(export), "--force-overwrite"]
     else:
         cmd += ["--csv", "--page", "raw", "--print-units", "base"]
-    cmd += [sys.executable, "-m", "bench.counters", "--cases", str(cases_file), "--sidecar", str(sidecar)]
+    cmd += [sys.executable, "-m", "bench.profiling.counters", "--cases", str(cases_file), "--sidecar", str(sidecar)]
     return cmd + (["--device", str(device)] if device is not None else [])
 
 
@@ -290,7 +290,9 @@ def child(cases: list[Case], sidecar: Path, device_index: int | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.counters", description="the ncu child of bench.counters")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.profiling.counters", description="the ncu child of bench.profiling.counters"
+    )
     p.add_argument("--cases", required=True)
     p.add_argument("--sidecar", required=True)
     p.add_argument("--device", type=int)
