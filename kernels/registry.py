@@ -55,6 +55,10 @@ class CaseSpec:
     causal: bool = False
     softmax_scale: float | None = None  # softmax providers; None means 1/sqrt(D)
 
+    def gdpa_math(self) -> dict:
+        """activation, alpha, qk_scale, causal: the keywords of a GDPA call (kernels.gdpa.gdpa, GDPACall)."""
+        return {"activation": self.activation, "alpha": self.alpha, "qk_scale": self.qk_scale, "causal": self.causal}
+
     def resolved_softmax_scale(self, head_dim: int) -> float:
         return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(head_dim)
 

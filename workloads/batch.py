@@ -27,6 +27,10 @@ class JaggedBatch:
     dout: torch.Tensor | None = None  # upstream gradient for bwd modes, like q
     extras: dict = field(default_factory=dict)
 
+    def call_args(self) -> tuple:
+        """(q, k, v, q_offsets, kv_offsets, max_q, max_kv): the batch as a jagged GDPA entry point takes it."""
+        return self.q, self.k, self.v, self.q_offsets, self.kv_offsets, self.max_q, self.max_kv
+
     @property
     def B(self) -> int:
         return int(self.q_lengths.shape[0])

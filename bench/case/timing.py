@@ -133,19 +133,11 @@ def time_cpu(
 def time_call(fn: Callable[[], object], timing, device: torch.device) -> Samples:
     """Time `fn` on `device` as a config's `timing` section says (GPU: `time_cuda`, else `time_cpu`)."""
     t = timing
+    window = dict(warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            return time_cuda(
-                fn,
-                warmup_ms=t.warmup_ms,
-                rep_ms=t.rep_ms,
-                min_reps=t.min_reps,
-                max_reps=t.max_reps,
-                flush_l2=t.flush_l2,
-                cuda_graph=t.cuda_graph,
-                device=device,
-            )
-    return time_cpu(fn, warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
+            return time_cuda(fn, **window, flush_l2=t.flush_l2, cuda_graph=t.cuda_graph, device=device)
+    return time_cpu(fn, **window)
 
 
 def sync_for(device: torch.device) -> Callable[[], None]:

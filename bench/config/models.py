@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bench.config.cases import Case, ProviderSpec, as_list, cases_of, expand_set, sweep_points
-from bench.config.profiling import Bands, Breakdown, Counters, check_selections
+from bench.config.profiling import Bands, Breakdown, Counters, check_regex, check_selections
 from bench.config.providers import resolve_providers
 from bench.config.resources import check_host_for_lengths
 from bench.config.source import DICT_SOURCE, read_config
@@ -132,15 +132,7 @@ class Power(_Strict):
     # what monitoring costs
     overhead_check: str | None = None
 
-    @field_validator("overhead_check")
-    @classmethod
-    def _regex(cls, v):
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"{v!r} is not a valid regular expression ({exc}); allowed: a Python regex") from None
-        return v
+    _overhead_check = field_validator("overhead_check")(check_regex)
 
 
 class Hardware(_Strict):

@@ -34,7 +34,8 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _regex(v: str | None) -> str | None:
+def check_regex(v: str | None) -> str | None:
+    """`v` unless it is not a valid Python regular expression (a ValueError: pydantic's one line)."""
     if v is not None:
         try:
             re.compile(v)
@@ -64,14 +65,14 @@ class Counters(_Section):
     keep: bool = False
     timeout_s: float = Field(1800.0, gt=0, le=MAX_TIMEOUT_S)
 
-    _only = field_validator("only")(_regex)
+    _only = field_validator("only")(check_regex)
 
 
 class Bands(_Section):
     only: str | None = None
     edges: list[int] | None = Field(None, max_length=MAX_EDGES)
 
-    _only = field_validator("only")(_regex)
+    _only = field_validator("only")(check_regex)
 
     @field_validator("edges", mode="before")
     @classmethod

@@ -53,6 +53,18 @@ def holder(run_dir: Path, wait_s: float = 1.0) -> str:
     return f"pid {info['pid']} on {info.get('host')}, since {info.get('since')}" + (f": {cmd[:200]}" if cmd else "")
 
 
+def take(fd: int, run_dir: Path, where: str) -> None:
+    """Lock the open lock file `fd` of `run_dir` without waiting; a one-line UsageError naming the holder
+    when another process holds it (`where` starts the line)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UsageError(
+            f"{where}: another gdpa-bench is writing this run folder ({holder(run_dir)}); "
+            "wait for it to finish, or choose another folder"
+        ) from None
+
+
 @contextmanager
 def run_folder_lock(run_dir: Path, option: str) -> Iterator[int]:
     """Hold the run folder's lock (creating the folder) for the block; a one-line UsageError naming the
@@ -66,13 +78,7 @@ def run_folder_lock(run_dir: Path, option: str) -> Iterator[int]:
     except OSError as exc:
         raise UsageError(f"{option} {run_dir}: cannot create its lock file ({exc.strerror or exc})") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(
-                f"{option} {run_dir}: another gdpa-bench is writing this run folder ({holder(run_dir)}); "
-                "wait for it to finish, or choose another folder"
-            ) from None
+        take(fd, run_dir, f"{option} {run_dir}")
         info = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -102,13 +108,7 @@ def inherited_lock(run_dir: Path, fd: int, option: str) -> Iterator[None]:
         raise UsageError(f"{where}: not this folder's open lock file ({exc.strerror or exc})") from None
     if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
         raise UsageError(f"{where}: not this folder's lock file ({run_dir / LOCK_FILE})")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise UsageError(
-            f"{where}: another gdpa-bench is writing this run folder ({holder(run_dir)}); "
-            "wait for it to finish, or choose another folder"
-        ) from None
+    take(fd, run_dir, where)
     try:
         yield
     finally:
