@@ -9,7 +9,7 @@
 #   bash docs/experiments/h200_session.sh wait NAME    # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands        # the independent band timing (issue 26)
 # .fa4/p0..p3: ../shared/gpu/fa4-wheels.sh's wheels in four parts, each small enough to travel with the
-# tracked tree (~30 MB) under a call's 64 MiB: p0 the small wheels, p1..p3 the CUDA 13 cutlass-dsl libs
+# tracked tree (< 10 MB, issue 32) under a call's 64 MiB: p0 the small wheels, p1..p3 the CUDA 13 cutlass-dsl libs
 # wheel split in 31 MB pieces (cu13p.aa/ab/ac; p3 also pydantic's wheels and install.sh, which joins them).
 # .hk: the Hopper kernels compiled ahead on a CPU machine (`CUTE_DSL_ARCH=sm_90a python
 # docs/experiments/hopper_gpu.py --prebuild .hk && ... jagged_gpu.py --prebuild .hk`); .peers: the peers'

@@ -16,8 +16,9 @@ from matplotlib.figure import Figure
 
 from kernels.registry import MODES
 from results.frame import provider_label
+from support.png import save_compact_png
 
-DPI = 110
+DPI = 96
 
 
 class PlotWarning(UserWarning):
@@ -35,8 +36,7 @@ def figure(w: float, h: float) -> Figure:
 
 def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, facecolor="white")
-    return path
+    return save_compact_png(fig, path, dpi=DPI, facecolor="white")  # a palette PNG: small for good
 
 
 def write_csv(df: pd.DataFrame, path: Path, columns: Sequence[str]) -> Path:
