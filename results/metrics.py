@@ -197,7 +197,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("monitor_overhead.overhead", "fraction", "overhead check", "with / without − 1", "what monitoring costs"),
     # Where the time goes (docs/DESIGN.md §5): the kernels of a call, Nsight Compute per kernel, the length bands
     Metric("kernels", "", "breakdown", "", "the kernels one call launches: a profiler pass after the samples "
-      "(bench.breakdown; GPU runs by default)", kind="block", optional=True),
+      "(bench.profiling.breakdown; GPU runs by default)", kind="block", optional=True),
     Metric("kernels.source", "", "breakdown", "", "cuda (CUPTI) · cpu (the CPU profiler's ops)", kind="text"),
     Metric("kernels.profiled_calls", "count", "breakdown", "", "calls profiled (after warm_ms of uncounted calls)"),
     Metric("kernels.sum_ms", "ms", "breakdown", "Σ rows.ms", "kernel time per call", shown=("kernels",),
@@ -210,7 +210,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("host_bound", "", "breakdown", "kernels.idle_share > 0.1", "the GPU idled more than 10% of the timed call: "
       "the host sets its time (null without a GPU breakdown)", kind="flag", shown=("kernels",), header="host-bound"),
     Metric("cuda_graph", "", "graph", "", "the call's device time from CUDA-graph replay beside the event-timed "
-      "median (`timing.cuda_graph`; bench.graph_timing)", kind="block", optional=True),
+      "median (`timing.cuda_graph`; bench.case.graph_timing)", kind="block", optional=True),
     Metric("cuda_graph.ms", "ms", "graph", "(median replay of calls + flushes − of flushes) / calls",
       "device time per call, no host work between calls", shown=("kernels",), header="graph ms"),
     Metric("cuda_graph.calls", "count", "graph", "", "calls captured per graph"),
@@ -231,17 +231,17 @@ METRICS: tuple[Metric, ...] = (
     Metric("kernels.rows.ms", "ms", "breakdown", "", "its time per call", shown=("kernels",), header="ms per call"),
     Metric("kernels.rows.share", "fraction", "breakdown", "ms / sum_ms", "its share of the kernel time",
       shown=("kernels",), header="share"),
-    Metric("kernels.rows.rule", "", "breakdown", "", "GPU: what placed it in the call (bench.trace_events): launch "
-      "(its launch API call ran in the call's range) · device time (no launch recorded: its GPU start)", kind="text",
-      shown=("kernels",), header="placed by"),
+    Metric("kernels.rows.rule", "", "breakdown", "", "GPU: what placed it in the call (bench.profiling.trace_events): "
+      "launch (its launch API call ran in the call's range) · device time (no launch recorded: its GPU start)",
+      kind="text", shown=("kernels",), header="placed by"),
     Metric("kernels.unattributed_ms", "ms", "breakdown", "", "GPU: device time per call that no rule placed in a call, "
       "a flush or the warm-up (~0)"),
     Metric("kernels.trace", "", "breakdown", "", "the pass's Kineto trace, from the run folder (`breakdown.trace`, "
       "`profile --trace`; Perfetto's JSON loader opens it)", kind="text"),
     Metric("kernels.error", "", "breakdown", "", "null, or why there is no breakdown (the case stays ok)", kind="text",
       shown=("kernels",), header="breakdown error"),
-    Metric("counters", "", "profile", "", "Nsight Compute over one call, clocks untouched (bench.counters; config "
-      "`counters.only`, `gdpa-bench profile`)", kind="block", optional=True),
+    Metric("counters", "", "profile", "", "Nsight Compute over one call, clocks untouched (bench.profiling.counters; "
+      "config `counters.only`, `gdpa-bench profile`)", kind="block", optional=True),
     Metric("counters.status", "", "profile", "", "ok · skipped (no ncu, no counter permission, a CPU run) · failed",
       kind="text", shown=("counters",), header="ncu"),
     Metric("counters.tensor_pct", "%", "profile", "duration-weighted kernels.tensor_pct",
@@ -285,8 +285,8 @@ METRICS: tuple[Metric, ...] = (
       optional=True),
     Metric("ncu_duration_ms", "ms", "profile", "", "their total duration", optional=True),
     Metric("ncu_report", "", "profile", "", "the kept .ncu-rep file", kind="text", optional=True),
-    Metric("bands", "", "bands", "", "the batch split by min(Lq, Lk), each band timed alone (bench.bands; config "
-      "`bands.only`, `profile --bands`)", kind="block", optional=True),
+    Metric("bands", "", "bands", "", "the batch split by min(Lq, Lk), each band timed alone (bench.profiling.bands; "
+      "config `bands.only`, `profile --bands`)", kind="block", optional=True),
     Metric("bands.key", "", "bands", "", "what a sequence is banded by: min(Lq, Lk)", kind="text"),
     Metric("bands.edges", "tokens", "bands", "", "e1 < e2 < ...: the bands [0, e1), ..., [e_last, ∞)", kind="list"),
     Metric("bands.sum_ms", "ms", "bands", "Σ rows.median_ms", "the bands' medians summed (null unless every band "

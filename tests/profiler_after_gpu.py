@@ -10,8 +10,8 @@ import os
 import numpy as np
 import torch
 
-from bench import breakdown as bd
-from bench.timing import l2_flush_buffer, time_cuda
+from bench.case.timing import l2_flush_buffer, time_cuda
+from bench.profiling import breakdown as bd
 from kernels.registry import CaseSpec, get_provider
 from workloads.batch import make_batch
 

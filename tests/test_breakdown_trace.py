@@ -1,4 +1,4 @@
-"""The kernel breakdown's attribution from the Kineto trace (bench.trace_events, issue 31): synthetic Chrome
+"""The kernel breakdown's attribution from the Kineto trace (bench.profiling.trace_events, issue 31): synthetic Chrome
 trace JSON with each way a kernel reaches the GPU, the GPU record built from it, and a case's trace kept in
 the run folder in the format Perfetto's JSON loader reads."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import breakdown as bd
-from bench import trace_events as te
-from bench.cli import main
+from bench.cli.parser import main
+from bench.profiling import breakdown as bd
+from bench.profiling import trace_events as te
 
 MAIN, AUTOGRAD = 100, 200  # thread ids: the calling thread, autograd's device thread
 

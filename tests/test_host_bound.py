@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.bands import case_bands, why_apart
-from bench.case_profiling import CaseProfiling
-from bench.config import load_config
-from bench.graph_timing import MAX_CALLS, calls_per_graph
-from bench.timing import Samples
+from bench.case.graph_timing import MAX_CALLS, calls_per_graph
+from bench.case.timing import Samples
+from bench.config.models import load_config
+from bench.profiling.bands import case_bands, why_apart
+from bench.profiling.views import CaseProfiling
 from kernels.registry import get_provider
 from reports.profiling import profiling_warnings
 from results.figures import HOST_BOUND_IDLE, host_bound, idle_share
@@ -98,7 +98,7 @@ def test_the_graph_holds_about_20_ms_of_calls_within_bounds():
 def test_cuda_graph_timing_on_a_cpu_run_records_nothing(tmp_path):
     import json
 
-    from bench.cli import main
+    from bench.cli.parser import main
 
     cfg = cpu_config(tmp_path, "{enabled: false}")
     cfg.write_text(cfg.read_text().replace("timing: {", "timing: {cuda_graph: true, "))

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from bench import breakdown as bd
-from bench import trace_events as te
-from bench.graph_timing import graph_time
-from bench.timing import l2_flush_buffer, time_cuda
+from bench.case.graph_timing import graph_time
+from bench.case.timing import l2_flush_buffer, time_cuda
+from bench.profiling import breakdown as bd
+from bench.profiling import trace_events as te
 from kernels.registry import CaseSpec, get_provider
 from tests.test_breakdown_trace import check_perfetto_json
 from workloads.batch import make_batch
