@@ -120,3 +120,36 @@ def test_the_report_says_which_cases_are_host_bound_and_why_bands_are_apart():
     assert lines[0].startswith("1 of 2 cases with a GPU breakdown are host-bound") and "a/fwd/x" in lines[0]
     assert lines[1] == "b/fwd/x: the bands sum to 1.26× the whole batch; host-bound bands: <128."
     assert profiling_warnings(pd.DataFrame({"id": ["a"]})) == []
+
+
+def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
+    """docs/experiments/profiling_bars.py on a synthetic run: each bar fails where it should, one line each."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def case(cid, provider, median, p80, kernels=None, **extra):
+        k = {"error": None, "n_kernels": 2, "sum_ms": median, "profiled_calls": 3} | (kernels or {})
+        return {"id": cid, "provider": provider, "mode": "fwd", "status": "ok", "median_ms": median, "p80_ms": p80,
+                "kernels": k, **extra}  # fmt: skip
+
+    auto = {"dispatch": {"fwd": {"backend": "triton"}}}
+    cases = [
+        case("a/fwd/L=8/gdpa", "gdpa", 1.02, 1.30, kernel_config=auto),  # p80 8% over the pinned backend's
+        case("a/fwd/L=8/gdpa_triton", "gdpa_triton", 1.0, 1.2),
+        case("b/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"error": "the profiler recorded no kernel", "n_kernels": None}),
+        case("c/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 0.5}, host_bound=True, cuda_graph={"ms": 0.5}),
+        case("d/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 0.5}, host_bound=True),  # no graph time beside it
+        case("e/fwd/L=8/fa4", "fa4", 1.0, 1.1, bands={"sum_over_whole": 1.26, "why": None, "rows": []}),
+        case("f/fwd/L=8/fa4", "fa4", 1.0, 1.1, bands={"sum_over_whole": 1.26, "why": "host-bound bands", "rows": []}),
+    ]
+    (tmp_path / "results.json").write_text(json.dumps({"cases": cases}))
+    script = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "profiling_bars.py"
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 1, out.stderr
+    failing = [ln.split(":")[0] for ln in lines[:-1]]
+    assert failing == ["a/fwd/L=8/gdpa", "b/fwd/L=8/fa4", "d/fwd/L=8/fa4", "e/fwd/L=8/fa4"]
+    assert "p80_ms +8.3%" in lines[0] and "median_ms" not in lines[0] and "no kernel" in lines[1]
+    assert lines[-1] == "7 ok cases, 2 host-bound, 0 traces: 4 bar(s) failed"
