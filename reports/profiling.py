@@ -19,12 +19,15 @@ VIEWS = {
         "kernels.source",
         "kernels.rows",
         "Kernel breakdown",
-        "The kernels one call launches: a short profiler pass after the timed samples, the L2 flushed before "
+        "The kernels one call launches: a short profiler pass, the L2 flushed before "
         "each call as in the samples, with launches and time per call (plot: kernel_breakdown). Each kernel is "
         'placed in its call by the launch API call it links to in the trace, on any thread ("launch"), else '
-        "by its device time. A kernel sum below the median is launch gaps and host work between kernels; a case "
-        "whose GPU idled more than 10% of the call is host-bound: its median times the host, and its CUDA-graph "
-        "time (timing.cuda_graph) the GPU.",
+        "by its device time. The pass runs after every timed case of its process (a profiler session slows "
+        "every later call of the process) and times the call itself as the samples do (pass ms, the clock its "
+        "kernels ran at); the kernel sum is judged against that: 95–105% accounted, 90–95% launch gaps (the GPU "
+        "idles between the call's kernels), below 90% host-bound (the GPU idled more than 10% of the call: its "
+        "median times the host, its CUDA-graph time (timing.cuda_graph) the GPU). Sum / median compares the "
+        "kernels with the samples, taken at another moment (another clock under a power cap).",
     ),
     "counters": (
         "counters.status",
@@ -94,8 +97,9 @@ def _named(ids: list[str]) -> str:
 
 
 def profiling_warnings(cases: pd.DataFrame) -> list[str]:
-    """The overview's lines about the views: host-bound cases, and band cases whose bands do not sum to
-    within 10% of the whole batch (with why)."""
+    """The overview's lines about the views: host-bound cases, cases with launch gaps or kernels over the
+    call (`kernels.accounting`), and band cases whose bands do not sum to within 10% of the whole batch
+    (with why)."""
     out = []
     if "host_bound" in cases:
         judged = cases[cases["host_bound"].notna()]
@@ -105,6 +109,21 @@ def profiling_warnings(cases: pd.DataFrame) -> list[str]:
                 f"{len(bound)} of {len(judged)} cases with a GPU breakdown are host-bound (the GPU idled more than "
                 f"10% of the call, `host_bound`): their medians time the host's work per call, their kernel sum "
                 f"and CUDA-graph time (`timing.cuda_graph`) the GPU's: {_named(list(bound['id']))}."
+            )
+    if "kernels.accounting" in cases:
+        verdict = cases["kernels.accounting"]
+        gaps = list(cases.loc[verdict == "launch gaps", "id"])
+        if gaps:
+            out.append(
+                f"{len(gaps)} case(s) with launch gaps: their kernels cover 90–95% of the call timed in the same "
+                f"profiler pass (`kernels.sum_over_pass`): the GPU idles between the call's kernels (launch "
+                f"latency, host work between launches), not host-bound and not fully accounted: {_named(gaps)}."
+            )
+        over = list(cases.loc[verdict == "kernels over the call", "id"])
+        if over:
+            out.append(
+                f"{len(over)} case(s) whose kernels sum to more than 105% of the call timed in the same pass "
+                f"(kernels overlapping on several streams, or placed in the wrong call): {_named(over)}."
             )
     if "bands.why" in cases:
         apart = cases[cases["bands.why"].notna()]

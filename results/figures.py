@@ -9,8 +9,10 @@ them; nothing recounts.
   case's dtype (`meta.peak_tflops[dtype]`) or the GEMM ceiling measured in the same run
   (`meta.measured_gemm_tflops`, a number or a {dtype: number} mapping).
 - Energy per call = average W · median_ms / 1000 (the runner's energy loop records it from the counter).
-- GPU idle share of a call = 1 − kernel time / timed median (≥ 0); above 10% the call is `host_bound`: the
-  host, not the GPU, sets its time (docs/DESIGN.md §5).
+- GPU idle share of a call = 1 − kernel time / the call's event time (≥ 0; the breakdown judges it against
+  the event-timed median of its own pass); above 10% the call is `host_bound`: the host, not the GPU, sets
+  its time; kernel time / event time in [0.95, 1.05] is `accounted`, in [0.90, 0.95) `launch gaps`
+  (`accounting`, docs/DESIGN.md §5).
 - `min_bytes`: the compulsory HBM traffic of a case (each input read once, each output written once).
   With Q = total_q·H·D and K = total_kv·Hkv·D elements, elem = 2 bytes (bf16/fp16) or 4 (fp32):
     fwd:      read q, k, v; write o                           -> elem · (2Q + 2K)
@@ -112,6 +114,27 @@ def host_bound(kernel_ms: Any, median_ms: Any) -> bool | None:
     """The GPU idle more than HOST_BOUND_IDLE of the call; None when unknown."""
     idle = idle_share(kernel_ms, median_ms)
     return None if math.isnan(idle) else bool(idle > HOST_BOUND_IDLE)
+
+
+ACCOUNTED = (0.95, 1.05)  # kernel sum / the call's event time within this: the call's time is its kernels'
+ACCOUNTING = ("accounted", "launch gaps", "host-bound", "kernels over the call")
+
+
+def accounting(kernel_ms: Any, call_ms: Any) -> str | None:
+    """What kernel sum / the call's event time (both from one profiler pass: docs/DESIGN.md §5) says: in
+    ACCOUNTED, `accounted`; below it down to 1 − HOST_BOUND_IDLE, `launch gaps` (the GPU idles 5–10% of the
+    call between its kernels: launch latency and host work between kernels, neither host-bound nor fully
+    accounted); below that `host-bound`; above ACCOUNTED, `kernels over the call` (kernels overlapping on
+    several streams, or kernels the pass placed in the wrong call). None when unknown."""
+    k, m = number(kernel_ms), number(call_ms)
+    if not (math.isfinite(k) and math.isfinite(m) and m > 0):
+        return None
+    r = k / m
+    if r > ACCOUNTED[1]:
+        return ACCOUNTING[3]
+    if r >= ACCOUNTED[0]:
+        return ACCOUNTING[0]
+    return ACCOUNTING[1] if r >= 1.0 - HOST_BOUND_IDLE else ACCOUNTING[2]
 
 
 def ceiling_for(value: Any, dtype: str | None) -> float:

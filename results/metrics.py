@@ -196,8 +196,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("monitor_overhead.median_ms_without", "ms", "overhead check", "", "median with it stopped"),
     Metric("monitor_overhead.overhead", "fraction", "overhead check", "with / without − 1", "what monitoring costs"),
     # Where the time goes (docs/DESIGN.md §5): the kernels of a call, Nsight Compute per kernel, the length bands
-    Metric("kernels", "", "breakdown", "", "the kernels one call launches: a profiler pass after the samples "
-      "(bench.profiling.breakdown; GPU runs by default)", kind="block", optional=True),
+    Metric("kernels", "", "breakdown", "", "the kernels one call launches: a profiler pass after every timed "
+      "measurement of the process (bench.profiling.breakdown, .later; GPU runs by default)", kind="block",
+      optional=True),
     Metric("kernels.source", "", "breakdown", "", "cuda (CUPTI) · cpu (the CPU profiler's ops)", kind="text"),
     Metric("kernels.profiled_calls", "count", "breakdown", "", "calls profiled (after warm_ms of uncounted calls)"),
     Metric("kernels.sum_ms", "ms", "breakdown", "Σ rows.ms", "kernel time per call", shown=("kernels",),
@@ -205,9 +206,22 @@ METRICS: tuple[Metric, ...] = (
     Metric("kernels_over_median", "", "frame", "kernels.sum_ms / median_ms", "below 1: launch gaps and host work "
       "between kernels", shown=("kernels",), header="sum / median", fmt="frac",
       derive=derived.ratio_column("kernels.sum_ms", "median_ms")),
-    Metric("kernels.idle_share", "fraction", "breakdown", "1 − sum_ms / median_ms (≥ 0)", "GPU: the share of the "
-      "timed call the GPU ran none of its kernels", shown=("kernels",), header="GPU idle"),
-    Metric("host_bound", "", "breakdown", "kernels.idle_share > 0.1", "the GPU idled more than 10% of the timed call: "
+    Metric("kernels.pass_median_ms", "ms", "breakdown", "median of the pass's event-timed calls", "the call timed "
+      "as the samples are, inside the breakdown's own profiler pass (the clock and moment its kernels ran at)",
+      shown=("kernels",), header="pass ms"),
+    Metric("kernels.pass_calls", "count", "breakdown", "", "the pass's event-timed calls"),
+    Metric("kernels.sum_over_pass", "", "breakdown", "sum_ms / pass_median_ms", "GPU: the kernel sum against the "
+      "call's event time in the same pass: what the breakdown is judged by", shown=("kernels",),
+      header="sum / pass", fmt="frac"),
+    Metric("kernels.sum_over_median", "", "breakdown", "sum_ms / median_ms", "GPU: the kernel sum against the "
+      "case's timed median (reported: the samples ran at another moment, under a power cap at another clock)"),
+    Metric("kernels.idle_share", "fraction", "breakdown", "1 − sum_over_pass (≥ 0)", "GPU: the share of the "
+      "call the GPU ran none of its kernels", shown=("kernels",), header="GPU idle"),
+    Metric("kernels.accounting", "", "breakdown", "sum_over_pass: [0.95, 1.05] · [0.90, 0.95) · < 0.90 · > 1.05",
+      "GPU: accounted (the kernels are the call's time) · launch gaps (the GPU idles 5–10% of the call between "
+      "its kernels: neither host-bound nor fully accounted) · host-bound · kernels over the call (overlapping "
+      "streams, or kernels placed in the wrong call)", kind="text", shown=("kernels",), header="accounting"),
+    Metric("host_bound", "", "breakdown", "kernels.idle_share > 0.1", "the GPU idled more than 10% of the call: "
       "the host sets its time (null without a GPU breakdown)", kind="flag", shown=("kernels",), header="host-bound"),
     Metric("cuda_graph", "", "graph", "", "the call's device time from CUDA-graph replay beside the event-timed "
       "median (`timing.cuda_graph`; bench.case.graph_timing)", kind="block", optional=True),
@@ -343,8 +357,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("bands.rows.n_samples", "count", "bands", "", "its timed samples"),
     Metric("bands.rows.kernel_ms", "ms", "bands", "kernels.sum_ms of the band", "its kernels' time per call",
       shown=("bands",), header="kernel ms"),
-    Metric("bands.rows.idle_share", "fraction", "bands", "1 − kernel_ms / median_ms (≥ 0)", "its host-bound share: "
-      "of its call, the time the GPU idled", shown=("bands",), header="GPU idle"),
+    Metric("bands.rows.pass_median_ms", "ms", "bands", "kernels.pass_median_ms of the band", "its call timed "
+      "inside its breakdown's pass"),
+    Metric("bands.rows.idle_share", "fraction", "bands", "1 − kernel_ms / pass_median_ms (≥ 0)", "GPU: its "
+      "host-bound share: of its call, the time the GPU idled", shown=("bands",), header="GPU idle"),
     Metric("bands.rows.graph_ms", "ms", "bands", "as cuda_graph.ms", "its CUDA-graph device time "
       "(`timing.cuda_graph`)", shown=("bands",), header="graph ms"),
     Metric("bands.rows.note", "", "bands", "", "null, or why kernel_ms or graph_ms is missing", kind="text"),

@@ -58,3 +58,18 @@ class SimulatedFault(_Poisonable):
             _poisoned = True
             raise RuntimeError(f"{STICKY}\nCUDA kernel errors might be asynchronously reported at some other API call")
         return super().forward(batch, spec)
+
+
+@register
+class SimulatedProfiledFault(_Poisonable):
+    name = "test_sim_profiled_fault"
+    description = "naive_eager that poisons the process under a profiler on the case of max length `fault_at` (tests)"
+
+    def forward(self, batch, spec):
+        global _poisoned
+        import torch
+
+        if batch.max_q == self.options["fault_at"] and torch.autograd.profiler._is_profiler_enabled:
+            _poisoned = True
+            raise RuntimeError(STICKY)
+        return super().forward(batch, spec)

@@ -285,15 +285,20 @@ def test_the_call_ranges_are_counted_on_the_host_side_only(monkeypatch):
     )
 
 
-def test_the_warm_up_runs_back_to_back_for_warm_ms_then_the_counted_calls(monkeypatch):
-    """One uncounted call at warm_ms 0; calls for at least warm_ms otherwise, bounded by MAX_WARM_CALLS."""
+def test_the_warm_up_runs_back_to_back_for_warm_ms_then_the_timed_then_the_counted_calls(monkeypatch):
+    """One uncounted call at warm_ms 0; calls for at least warm_ms otherwise, bounded by MAX_WARM_CALLS; then
+    the pass's own timed calls (its window), then the counted calls."""
     ran = []
-    bd.kernel_breakdown(lambda: ran.append(1), torch.device("cpu"), calls=2, warm_ms=0.0)
+    none = (0.0, 0, 0)
+    bd.kernel_breakdown(lambda: ran.append(1), torch.device("cpu"), calls=2, warm_ms=0.0, window=none)
     assert len(ran) == 1 + 2
     ran.clear()
     monkeypatch.setattr(bd, "MAX_WARM_CALLS", 7)
-    rec = bd.kernel_breakdown(lambda: ran.append(1), torch.device("cpu"), calls=2, warm_ms=60_000.0)
+    rec = bd.kernel_breakdown(lambda: ran.append(1), torch.device("cpu"), calls=2, warm_ms=60_000.0, window=none)
     assert len(ran) == 7 + 2 and rec["profiled_calls"] == 2 and rec["error"] is None
+    ran.clear()
+    rec = bd.kernel_breakdown(lambda: ran.append(1), torch.device("cpu"), calls=2, warm_ms=0.0, window=(1e9, 4, 4))
+    assert len(ran) == 1 + 4 + 2 and rec["pass_calls"] == 4 and rec["pass_median_ms"] >= 0
 
 
 def test_breakdown_in_a_run_follows_the_config(tmp_path):

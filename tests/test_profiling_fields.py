@@ -13,6 +13,7 @@ import pytest
 from bench.cli.parser import main
 from bench.profiling import breakdown as bd
 from bench.profiling.counters import not_run, summarize
+from bench.profiling.views import CaseProfiling
 from reports.document import Section, Table
 from reports.profiling import profiling_section
 from results.frame import cases_frame, load_run, table_frame
@@ -66,14 +67,17 @@ def run(tmp_path_factory):
 def test_the_records_hold_exactly_the_declared_fields(run):
     cases = json.loads((run / "results.json").read_text())["cases"]
     for c in cases:
-        # a GPU breakdown adds the device-side keys; `trace` only where a trace was asked for
-        assert set(c["kernels"]) == keys_of("kernels") - {"unattributed_ms", "idle_share", "trace"}
+        # a GPU breakdown adds the device-side keys and its verdict; `trace` only where a trace was asked for
+        gpu_only = {"unattributed_ms", "idle_share", "sum_over_pass", "sum_over_median", "accounting"}
+        assert set(c["kernels"]) == keys_of("kernels") - gpu_only - {"trace"}
+        assert c["kernels"]["pass_calls"] >= 2 and c["kernels"]["pass_median_ms"] > 0
         assert {k for r in c["kernels"]["rows"] for k in r} == keys_of("kernels.rows") - {"rule"}
         assert set(c["bands"]) == keys_of("bands")
         ok = [r for r in c["bands"]["rows"] if r["status"] == "ok"]
         assert ok and all(set(r) == keys_of("bands.rows") for r in ok)
     gpu = bd.summarize({"k": [10.0, 1]}, 1, "cuda", lambda name: "launch")
-    gpu |= {"unattributed_ms": 0.0, "idle_share": 0.0, "trace": "traces/k.json"}
+    gpu |= {"unattributed_ms": 0.0, "trace": "traces/k.json", "pass_median_ms": 0.011, "pass_calls": 10}
+    assert CaseProfiling.judge(gpu, {"median_ms": 0.01}) == {"host_bound": False}
     assert set(gpu) == keys_of("kernels") and set(gpu["rows"][0]) == keys_of("kernels.rows")
     counters = summarize([ncu_kernel()], 1e9)
     assert set(counters) == keys_of("counters")

@@ -1,16 +1,28 @@
 """Issue 31 on a GPU (`pytest -m gpu`): the kernel breakdown finds the kernels of our op's forward and backward
-(backend auto, triton, hopper) and of FA4's; the NVML sampler leaves a host-bound call's samples as they are
-without it; CUDA-graph timing gives a device time at or under the event median (equal for a long kernel);
-a trace per case opens as Perfetto's JSON; and a harness run meets the issue's bars on a small config.
+(backend auto, triton, hopper) and of FA4's, its kernel sum judged against the event-timed median of its own
+profiler pass; the NVML sampler leaves a host-bound call's samples as they are without it; CUDA-graph timing
+gives a device time at or under the event median (equal for a long kernel); a trace per case opens as
+Perfetto's JSON; a harness run meets the issue's bars on a small config; and no case of a harness run is
+timed after a profiler session of its process (a host-bound case timed after other cases, whose breakdowns
+came before its samples until the profiled phase moved them after every timed case, times as it does first).
+
+The two harness runs go through the CLI, so they run in fresh worker processes: this pytest process has run
+profiler sessions by then, and a profiler session slows every later call of its process
+(tests/profiler_after_gpu.py shows torch doing it).
 
 Every test prints a JSON line with what it measured (`pytest -m gpu -s` shows them): the numbers behind a
 pass or a failure, for the log that is committed beside the run."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,16 +37,19 @@ from tests.test_breakdown_trace import check_perfetto_json
 from workloads.batch import make_batch
 
 pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
 PROVIDERS = {  # provider -> what its kernels' names contain
     "gdpa": r"gdpa",
     "gdpa_triton": r"gdpa_(fwd|bwd)",
     "gdpa_hopper": r"gdpa",
     "fa4": r"flash",
 }
-# The kernel sum of a GPU-bound call against its event-timed median: below 1 by the launch gaps between
-# its kernels and the events' own latency (µs on a ~1 ms call), above 1 never by more than the events'
-# resolution. [0.90, 1.05] holds every GPU-bound case of the H200 production run at e444f34 (0.94-1.06
-# for FA4 and the backwards) with room; the op's forward recorded no kernel at all there (issue 31).
+# The kernel sum of a GPU-bound call against the event-timed median of the breakdown's own pass (the same
+# clock, the same moment): below 1 by the launch gaps between its kernels and the events' own latency (µs on
+# a ~1 ms call), above 1 never by more than the events' resolution. Against a separate timing of the call
+# the H200 gave 0.91-0.99 for every provider here (774bbd5), the harness's long gdpa forward 1.079 (its
+# samples ran at another clock than the breakdown's calls); the op's forward recorded no kernel at all at
+# e444f34 (issue 31). [0.90, 1.05]: accounted or launch gaps (results.figures.accounting).
 SANE = (0.90, 1.05)
 
 
@@ -86,12 +101,14 @@ def test_the_breakdown_finds_every_providers_kernels(name, mode):
     p = provider_here(name)
     d = dev()
     fn = built(p, long_batch(), mode)
-    timed = time_cuda(fn, warmup_ms=50, rep_ms=300, device=d)
+    timed = time_cuda(fn, warmup_ms=50, rep_ms=300, device=d)  # reported: another moment than the pass
     rec = bd.kernel_breakdown(fn, d, calls=5, flush=l2_flush_buffer(d), warm_ms=200)
-    ratio = (rec["sum_ms"] or 0) / timed.median_ms
-    show(test="breakdown", provider=name, mode=mode, median_ms=timed.median_ms, ratio=ratio, record=rec)
     assert rec["error"] is None and rec["source"] == "cuda", rec["error"]
-    assert rec["n_kernels"] > 0 and SANE[0] <= ratio <= SANE[1], ratio
+    ratio = (rec["sum_ms"] or 0) / rec["pass_median_ms"]
+    apart = (rec["sum_ms"] or 0) / timed.median_ms
+    show(test="breakdown", provider=name, mode=mode, median_ms=timed.median_ms, sum_over_pass=ratio,
+         sum_over_median=apart, record=rec)  # fmt: skip
+    assert rec["pass_calls"] >= 10 and rec["n_kernels"] > 0 and SANE[0] <= ratio <= SANE[1], ratio
     assert any(re.search(PROVIDERS[name], r["name"], re.I) for r in rec["rows"]), [r["name"] for r in rec["rows"]]
     assert all(r["rule"] in ("launch", "device time", "launch; device time") for r in rec["rows"])
     assert rec["unattributed_ms"] < 0.05 * rec["sum_ms"]
@@ -196,16 +213,44 @@ def test_cuda_graph_capture_failures_are_recorded_and_leave_the_gpu_usable(name)
     assert again.median_ms == pytest.approx(timed.median_ms, rel=0.10)
 
 
+def bench_run(tmp_path, cfg: dict, name: str, isolation: str = "process") -> tuple[Path, dict]:
+    """`python -m bench run` of `cfg` in a process of its own (nothing profiled before it; `isolation`:
+    the sweep in a worker process, or in the command's); the run folder and its cases by id (meta: "")."""
+    path, run = tmp_path / f"{name}.yaml", tmp_path / name
+    path.write_text(json.dumps(cfg))  # YAML reads JSON
+    argv = ["run", str(path), "--out", str(run), "--no-progress", "--no-report", "--isolation", isolation]
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", *argv],
+        cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    print(out.stdout[-6000:], out.stderr[-3000:])
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "profiling views of" in ln)
+    assert not [ln for ln in lines[start:] if re.match(r"^\s+\w+/(fwd|bwd)/\S+: ", ln)], "a case timed after views"
+    data = json.loads((run / "results.json").read_text())
+    return run, {c["id"]: c for c in data["cases"]} | {"": data["meta"]}
+
+
+def bars_module():
+    """docs/experiments/profiling_bars.py: the issue's bars, one per function."""
+    spec = importlib.util.spec_from_file_location("profiling_bars", ROOT / "docs" / "experiments" / "profiling_bars.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_a_harness_run_meets_the_issues_bars(tmp_path):
-    """A small config through the harness (worker-free: bench.run), every view on: each ok case of every
-    provider has its kernels, kernel sum / median in SANE or flagged host_bound with its CUDA-graph time
-    beside it; each band case's bands sum within 10% of the whole or say why; a trace per case; the sampler
-    a process; and on the host-bound set, where the thread sampler split `gdpa` from the pinned backend
+    """A small config through the harness (the CLI: a fresh worker process), every view on: each ok case of
+    every provider has its kernels, its kernel sum against the call timed in the same profiler pass
+    (`kernels.sum_over_pass`) in [0.95, 1.05], or host-bound with its CUDA-graph time beside it, or launch
+    gaps on a call of several kernels (docs/experiments/profiling_bars.py's bar: the 1.079 of 774bbd5's
+    long gdpa forward was its samples' median taken at another clock; `sum_over_median` is printed beside
+    it); each band case's bands sum within 10% of the whole or say why; a trace per case; the sampler a
+    process; and on the host-bound set, where the thread sampler split `gdpa` from the pinned backend
     running the same kernel (issue 31), `gdpa` within 3% of it at p50 and p80. (On the long set two cases
     300 ms apart at the power cap differ by the clock's own steps: the production run's 1 s windows judge
     those.)"""
-    import bench
-
     dev()
     cfg = {
         "name": "issue31",
@@ -217,66 +262,83 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
         "hardware": {"calibrate": False},
         "breakdown": {"trace": True},
         "bands": {"only": "long/fwd/.*/(gdpa|fa4)$", "edges": [1536]},
-        "sets": [
-            {"name": "long", "B": 64, "H": 4, "D": 128, "dtype": "bf16", "max_len": 2048,
-             "lengths": {"family": "uniform_fill", "fill": 0.75}},  # 1024-2048 tokens: GPU-bound
-            {"name": "short", "B": 846, "H": 4, "D": 128, "dtype": "bf16", "max_len": 127,
-             "lengths": {"family": "uniform_fill", "fill": 0.5}},  # 1-127 tokens: host-bound
-        ],
-    }  # fmt: skip
-    df = bench.run(cfg, out=tmp_path / "run")
-    run = tmp_path / "run"
-    data = json.loads((run / "results.json").read_text())
-    cases = {c["id"]: c for c in data["cases"]}
+        "sets": [LONG, SHORT],
+    }
+    run, cases = bench_run(tmp_path, cfg, "bars")
+    meta = cases.pop("")
+    bars = bars_module()
     ok = [c for c in cases.values() if c["status"] == "ok"]
-    show(test="run", statuses={c["id"]: c["status"] for c in cases.values()}, monitor=data["meta"]["monitor"])
-    assert ok and len(df) == len(cases) and data["meta"]["monitor"]["sampler"] == "process"
+    show(test="run", statuses={c["id"]: c["status"] for c in cases.values()}, monitor=meta["monitor"])
+    assert ok and meta["monitor"]["sampler"] == "process"
     for c in ok:
         k, g = c["kernels"], c.get("cuda_graph") or {}
-        ratio = (k["sum_ms"] or 0) / c["median_ms"]
-        show(id=c["id"], median_ms=c["median_ms"], ratio=ratio, host_bound=c["host_bound"], graph=g)
-        assert k["error"] is None and k["n_kernels"] > 0, (c["id"], k["error"])
-        assert SANE[0] <= ratio <= SANE[1] or (c["host_bound"] and "cuda_graph" in c), c["id"]
-        assert (run / k["trace"]).is_file()
+        show(id=c["id"], median_ms=c["median_ms"], pass_median_ms=k.get("pass_median_ms"),
+             sum_over_pass=k.get("sum_over_pass"), sum_over_median=k.get("sum_over_median"),
+             accounting=k.get("accounting"), host_bound=c["host_bound"], graph=g)  # fmt: skip
+        assert k["error"] is None and k["n_kernels"] > 0 and k["pass_calls"] >= 5, (c["id"], k["error"])
+        assert k["sum_over_pass"] == pytest.approx(k["sum_ms"] / k["pass_median_ms"])
+        assert (k["accounting"] == "host-bound") == c["host_bound"], c["id"]
+        assert bars.breakdown_bar(c) is None, (c["id"], bars.breakdown_bar(c))
+        assert bars.trace_bar(run, c) is None, (c["id"], bars.trace_bar(run, c))
     for c in (c for c in ok if c.get("bands")):
         b = c["bands"]
         show(id=c["id"], bands=b["sum_over_whole"], kernels=b["kernel_sum_over_whole"], why=b["why"])
-        assert b["error"] is None and b["sum_over_whole"] is not None
-        assert abs(b["sum_over_whole"] - 1) <= 0.10 or b["why"], c["id"]
-        assert all(r["kernel_ms"] for r in b["rows"] if r["status"] == "ok")
+        assert bars.bands_bar(c) is None, (c["id"], bars.bands_bar(c))
+        assert all(r["kernel_ms"] and r["pass_median_ms"] for r in b["rows"] if r["status"] == "ok")
     for c in (c for c in ok if c["provider"] == "gdpa" and c["set"] == "short"):
-        ran = ((c.get("kernel_config") or {}).get("dispatch") or {}).get(c["mode"], {}).get("backend")
-        pinned = cases.get(c["id"].rsplit("/", 1)[0] + f"/gdpa_{ran}")
-        if pinned is None or pinned["status"] != "ok":
-            continue
-        show(id=c["id"], ran=ran, auto=(c["median_ms"], c["p80_ms"]), pinned=(pinned["median_ms"], pinned["p80_ms"]))
-        assert c["median_ms"] == pytest.approx(pinned["median_ms"], rel=0.03), c["id"]
-        assert c["p80_ms"] == pytest.approx(pinned["p80_ms"], rel=0.03), c["id"]
+        show(id=c["id"], auto=(c["median_ms"], c["p80_ms"]), same_kernel=bars.same_kernel_bar(c, cases))
+        assert bars.same_kernel_bar(c, cases) is None, c["id"]
 
 
-def test_a_profiler_pass_leaves_no_host_time_behind():
-    """A fresh interpreter times a host-bound call, runs one kernel breakdown, times it again
-    (tests/profiler_after_gpu.py), once as the harness runs (TEARDOWN_CUPTI unset) and once with CUPTI torn
-    down after the session (TEARDOWN_CUPTI=1). Bar, for the harness's way: the median after within 3% of
-    before (the issue's bar between two providers on one kernel). Should it fail while the torn-down run
-    passes, CUPTI's callbacks outlive the session on this torch and every case after the first pays them:
-    run the sweep with TEARDOWN_CUPTI=1."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+LONG = {"name": "long", "B": 64, "H": 4, "D": 128, "dtype": "bf16", "max_len": 2048,
+        "lengths": {"family": "uniform_fill", "fill": 0.75}}  # 1024-2048 tokens: GPU-bound  # fmt: skip
+SHORT = {"name": "short", "B": 846, "H": 4, "D": 128, "dtype": "bf16", "max_len": 127,
+         "lengths": {"family": "uniform_fill", "fill": 0.5}}  # 1-127 tokens: host-bound  # fmt: skip
 
+
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_no_case_of_a_harness_run_is_timed_after_a_profiler_session(tmp_path, isolation):
+    """The harness's property, on the call it failed on (774bbd5: a host-bound gdpa_triton forward, 846
+    sequences of 1-127 tokens, timed 0.16 ms in a fresh interpreter and 0.31 ms after one kernel breakdown
+    in the same process). One harness run (in a worker process, and in the command's own), breakdown on:
+    the short set, then the long set, then the short set again (the same lengths). Until the profiled phase
+    the third case was timed after the first two cases' breakdowns; now every case is timed before the first
+    breakdown (and the worker's output says so: no case line after "profiling views of"). Bar: the third
+    case's median within 3% of the first's (the issue's bar between two runs of one kernel; the profiler's
+    leftover host time was +90%), and each has its breakdown.
+
+    Beside it, for the record, torch's own behaviour (tests/profiler_after_gpu.py, a fresh interpreter
+    timing the call before and after one breakdown, with and without TEARDOWN_CUPTI): printed, not asserted
+    (it is why the harness orders its phases; a torch that stops doing it passes as well)."""
     dev()
-    root = Path(__file__).resolve().parents[1]
     runs = {}
-    for teardown in (None, "1"):
-        env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"} | {"PYTHONPATH": str(root)}
+    for teardown in (None, "1") if isolation == "process" else ():
+        env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"} | {"PYTHONPATH": str(ROOT)}
         env |= {"TEARDOWN_CUPTI": teardown} if teardown else {}
         out = subprocess.run(
-            [sys.executable, str(root / "tests" / "profiler_after_gpu.py")],
+            [sys.executable, str(ROOT / "tests" / "profiler_after_gpu.py")],
             env=env, capture_output=True, text=True, timeout=600, check=True,
         )  # fmt: skip
-        runs[teardown or "unset"] = json.loads(out.stdout.strip().splitlines()[-1])
-    show(test="profiler after", runs=runs)
-    r = runs["unset"]
-    assert statistics.median(r["after"]) == pytest.approx(statistics.median(r["before"]), rel=0.03), runs
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        runs[teardown or "unset"] = {k: statistics.median(r[k]) for k in ("before", "after")}
+    show(test="torch: a profiler session, then the same call (medians, ms)", runs=runs)
+    cfg = {
+        "name": "order",
+        "device": "cuda",
+        "providers": ["gdpa_triton"],
+        "modes": ["fwd"],
+        "timing": {"warmup_ms": 100, "rep_ms": 1000},
+        "power": {"enabled": False},
+        "hardware": {"calibrate": False},
+        "breakdown": {"enabled": True},
+        "sets": [SHORT | {"name": "short_first"}, LONG, SHORT | {"name": "short_again"}],
+    }
+    _, cases = bench_run(tmp_path, cfg, "order", isolation)
+    cases.pop("")
+    first, again = (next(c for c in cases.values() if c["set"] == s) for s in ("short_first", "short_again"))
+    assert first["workload"]["lengths_sha256"] == again["workload"]["lengths_sha256"]
+    kernels = {c["id"]: (c["kernels"]["sum_ms"], c["kernels"]["pass_median_ms"]) for c in cases.values()}
+    quantiles = {c["set"]: (c["median_ms"], c["p80_ms"]) for c in (first, again)}
+    show(test="harness order: medians and p80 (ms)", quantiles=quantiles, kernels_and_pass_ms=kernels)
+    assert all(c["status"] == "ok" and c["kernels"]["error"] is None for c in cases.values())
+    assert again["median_ms"] == pytest.approx(first["median_ms"], rel=0.03), (first["median_ms"], again["median_ms"])

@@ -15,6 +15,9 @@ With `--trace` (alone or with `--bands`): each selected case's kernel breakdown 
 as RUN_DIR/traces/<case id>-<hash>.json (bench.profiling.breakdown; Perfetto's JSON loader opens it). With `--run`
 the cases recorded ok there are built and profiled again, their `kernels` (and `host_bound`) replaced;
 without it they run as a new run folder with `breakdown.trace` on.
+
+In either case nothing is timed after a profiler session of this process (docs/DESIGN.md §5): every band is
+timed first, then the breakdowns run (bench.profiling.later).
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from bench.config.resources import check_run_fits
 from bench.config.selection import select_cases
 from bench.errors import UsageError
 from bench.profiling.bands import case_bands
-from bench.profiling.breakdown import failed
 from bench.profiling.counters import collect, find_ncu
+from bench.profiling.later import profile_recorded
 from bench.profiling.views import CaseProfiling
 from bench.sweep.report import render
 from bench.sweep.rundir import check_new_run_dir
@@ -132,25 +135,56 @@ def profile_views(cfg, cases, a) -> int:
         return code
 
 
-def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
-    """The bands of the selected cases recorded ok in `run_dir`, against its whole-batch medians."""
+def _providers():
+    """`provider_of(case)`: one provider instance per label, as a run builds them."""
+    made: dict = {}
+
+    def provider_of(case):
+        if case.label not in made:
+            made[case.label] = get_provider(case.provider.name, case.provider.options or None)
+        return made[case.label]
+
+    return provider_of
+
+
+def _recorded_ok(run_dir: Path, cases) -> tuple[dict, list]:
     data = read_results(run_dir)
     recorded = {c["id"]: c for c in data["cases"] if c.get("status") == "ok"}
     todo = [c for c in cases if c.id in recorded]
     if not todo:
         raise UsageError(f"--run {run_dir}: none of the selected cases is recorded ok there")
+    return data, todo
+
+
+def _profiled(views, todo, writer, run_dir: Path, redo: bool) -> int:
+    """The profiled phase over `todo` (bench.profiling.later), after every timed measurement of this process."""
+    lost = profile_recorded(views, todo, writer, _providers(), lambda ln: print(ln, flush=True), redo=redo)
+    if lost is not None:
+        render(run_dir)
+        print(f"error: {lost[0]}: the GPU faulted while it was profiled: {lost[1]}; the cases after it were not "
+              "profiled", file=sys.stderr)  # fmt: skip
+        return 1
+    drawn = render(run_dir)
+    print(f"stored in {run_dir / 'results.json'}")
+    return 0 if drawn else 1
+
+
+def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
+    """The bands of the selected cases recorded ok in `run_dir`, against its whole-batch medians: every band
+    timed first, then their breakdowns (no timing after a profiler session in this process)."""
+    data, todo = _recorded_ok(run_dir, cases)
     m = cfg.model
     # each band measured as a case of a run is (bench.profiling.views): the run's timer, graph time, breakdown
     views = CaseProfiling(m, device, lambda fn: time_call(fn, m.timing, device), run_dir)
     writer = ResultsWriter.of(run_dir, data)
+    provider_of = _providers()
     for w, group in groupby(todo, key=lambda c: c.workload):
         q, kv = w.lengths()
         for case in group:
-            rec = recorded[case.id]
-            provider = get_provider(case.provider.name, case.provider.options or None)
+            rec = {r["id"]: r for r in writer.data["cases"]}[case.id]
             print(f"length bands of {case.id} ...", flush=True)
             try:
-                bands = case_bands(case, provider, q, kv, edges, device, views.measure, views.gate(), rec)
+                bands = case_bands(case, provider_of(case), q, kv, edges, device, views.measure, views.gate(), rec)
             except Exception as exc:
                 if not is_sticky_cuda_error(exc):
                     raise
@@ -161,41 +195,12 @@ def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
                 print(f"error: {case.id}: {why}; the cases after it were not split", file=sys.stderr)
                 return 1
             writer.update_cases({case.id: {"bands": bands}})
-    drawn = render(run_dir)
-    print(f"stored in {run_dir / 'results.json'}")
-    return 0 if drawn else 1
+    return _profiled(views, todo, writer, run_dir, redo=False)
 
 
 def _add_traces(cfg, cases, run_dir: Path, device) -> int:
-    """The selected cases recorded ok in `run_dir`, built and profiled again with their traces kept."""
-    data = read_results(run_dir)
-    recorded = {c["id"]: c for c in data["cases"] if c.get("status") == "ok"}
-    todo = [c for c in cases if c.id in recorded]
-    if not todo:
-        raise UsageError(f"--run {run_dir}: none of the selected cases is recorded ok there")
+    """The selected cases recorded ok in `run_dir`, built and profiled again with their traces kept (their
+    `kernels` and `host_bound` replaced)."""
+    data, todo = _recorded_ok(run_dir, cases)
     views = CaseProfiling(cfg.model, device, lambda fn: time_call(fn, cfg.model.timing, device), run_dir)
-    writer = ResultsWriter.of(run_dir, data)
-    for w, group in groupby(todo, key=lambda c: c.workload):
-        batch = w.batch(device)
-        for case in group:
-            print(f"trace of {case.id} ...", flush=True)
-            fn, rec = None, dict(recorded[case.id])
-            try:
-                provider = get_provider(case.provider.name, case.provider.options or None)
-                fn = provider.build(batch, case.spec, case.mode)
-                fn()  # compile / autotune / the op's measured choice, as the run did before its samples
-                kernels = views.breakdown(fn, case.id)
-            except Exception as exc:
-                if is_sticky_cuda_error(exc):
-                    why = f"the GPU faulted while it was traced: {one_line(exc)}"
-                    print(f"error: {case.id}: {why}; the cases after it were not traced", file=sys.stderr)
-                    return 1
-                kernels = failed(f"the case could not be built again: {one_line(exc)}", 1, device)
-            views.idle(kernels, rec)
-            writer.update_cases({case.id: {"kernels": kernels, "host_bound": rec.get("host_bound")}})
-            print(f"  {kernels.get('trace') or kernels.get('error')}", flush=True)
-            del fn
-        del batch
-    drawn = render(run_dir)
-    print(f"stored in {run_dir / 'results.json'}")
-    return 0 if drawn else 1
+    return _profiled(views, todo, ResultsWriter.of(run_dir, data), run_dir, redo=True)

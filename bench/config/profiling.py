@@ -1,6 +1,6 @@
 """The config sections of the profiling views (docs/DESIGN.md §5, "Where the time goes"):
 
-    breakdown:           # the kernels one call launches, per case (a short profiler pass after the samples)
+    breakdown:           # the kernels one call launches, per case (a profiler pass after every timed case)
       enabled: null      # null: on for GPU runs, off on the CPU; true / false force it
       calls: 3           # calls profiled per case
       warm_ms: 200       # back-to-back uncounted calls first, so the counted ones run at the timed clocks

@@ -1,7 +1,9 @@
 """Length bands of one case: its batch split by sequence length (workloads.bands), each band's sub-batch
-built alone, run through the same correctness gate and measured exactly as the whole case is (the
-caller's `measure`: the runner's timer with its L2 flush, the CUDA-graph time when configured, and a kernel
-breakdown on GPU runs).
+built alone, run through the same correctness gate and measured exactly as the whole case is, in the same
+two phases: with the case's timed measurements (`case_bands`; the caller's `measure`: the runner's timer with
+its L2 flush and the CUDA-graph time when configured), and, with the case's kernel breakdown after every
+timed measurement of the process, each band's breakdown (`band_kernels`; the caller's `profile`: a band's
+sub-batch built again, its kernels and the event-timed median of the breakdown's own pass).
 
 What it answers: where the time of a jagged batch goes. Per band the share of the sequences, of the work
 and of the time (each band's median over the sum of the bands' medians), its TFLOP/s, and the sum of the
@@ -14,13 +16,15 @@ A band of short sequences can be host-bound: launched alone its GPU work is abou
 work per call (our op's ~0.1 ms of Python, the backend's launches, the flush and the events), so its events
 time the host whenever the host falls behind; inside the whole batch that host work hides behind the long
 sequences' kernels. Each band therefore shows its kernels' time and the share of
-its call the GPU idled (`idle_share`), and when the bands do not sum to within 10% of the whole batch `why`
+its call the GPU idled (`idle_share`, against the event-timed median of its breakdown's pass, the clock its
+kernels ran at), and when the bands do not sum to within 10% of the whole batch `why`
 says which of the two it is: host time (the kernels sum close to the whole batch's) or the kernels
 themselves costing more apart.
 
 The record (`bands`, docs/DESIGN.md §6): {key, edges, rows: [per band: lo, hi, label, n_seqs, seq_share,
 work_pairs, work_share, tile_eff_64, tile_eff_128, flops, status, error, rel_err, median_ms, p20_ms, p80_ms,
-n_samples, kernel_ms, idle_share, graph_ms, note, tflops, time_share], sum_ms, whole_ms, sum_over_whole,
+n_samples, kernel_ms, pass_median_ms, idle_share, graph_ms, note, tflops, time_share], sum_ms, whole_ms,
+sum_over_whole,
 kernel_sum_ms, kernel_sum_over_whole, why, tile, tile_source, tile_eff, long_band, long_tflops,
 ceiling_tflops, error}: every field is a row of the metric table (results.metrics).
 """
@@ -68,6 +72,11 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _band_batch(case: Case, q: np.ndarray, k: np.ndarray, device: torch.device):
+    w = case.workload
+    return make_batch(q, k, H=w.H, Hkv=w.Hkv, D=w.D, dtype=dtype_of(w.dtype), device=device, seed=w.seed)
+
+
 def time_band(
     case: Case,
     provider: Provider,
@@ -83,7 +92,7 @@ def time_band(
     out: dict = {"flops": flops, "status": None, "error": None, "rel_err": None}
     batch = fn = None
     try:
-        batch = make_batch(q, k, H=w.H, Hkv=w.Hkv, D=w.D, dtype=dtype_of(w.dtype), device=device, seed=w.seed)
+        batch = _band_batch(case, q, k, device)
         reason = provider.unsupported(batch, spec)
         if reason is not None:
             return {**out, "status": "skipped", "error": reason}
@@ -101,19 +110,18 @@ def time_band(
         m = measure(fn)
         s = m["samples"]
         rate = tflops(flops, s.median_ms)
-        idle = idle_share(m["kernel_ms"], s.median_ms)
         out.update(
             status="ok",
             median_ms=s.median_ms,
             p20_ms=s.p20_ms,
             p80_ms=s.p80_ms,
             n_samples=len(s.times_ms),
-            kernel_ms=m["kernel_ms"],
-            idle_share=None if idle != idle else idle,
             graph_ms=m["graph_ms"],
             note=m["note"],
             tflops=rate if rate == rate else None,
         )
+        if not m.get("profiled_later"):  # no breakdown comes: the band's kernel fields stay empty
+            out.update(kernel_ms=None, pass_median_ms=None, idle_share=None)
     except torch.cuda.OutOfMemoryError as exc:
         out.update(status="failed", error=f"out of memory: {one_line(exc)}")
     except KeyboardInterrupt:
@@ -187,14 +195,11 @@ def case_bands(
     for r in timed:
         r["time_share"] = r["median_ms"] / sum_ms if sum_ms else None
     whole_ms = whole.get("median_ms")
-    whole_kernels = (whole.get("kernels") or {}).get("sum_ms")
-    kernel_sum = _sum(timed, "kernel_ms") if complete else None
-    kernel_over = kernel_sum / whole_kernels if kernel_sum is not None and whole_kernels else None
     over = sum_ms / whole_ms if complete and sum_ms and whole_ms else None
     tile, source = kernel_tile(whole.get("kernel_config"), case.mode)
     eff = tile_efficiency(q, k, tile[0], tile[1], causal=causal)
     best = max(timed, key=lambda r: r["tflops"] or 0.0, default=None)
-    return {
+    out = {
         "key": "min(Lq, Lk)",
         "edges": edges,
         "rows": rows,
@@ -202,9 +207,6 @@ def case_bands(
         "sum_ms": sum_ms if complete else None,
         "whole_ms": whole_ms,
         "sum_over_whole": over,
-        "kernel_sum_ms": kernel_sum,
-        "kernel_sum_over_whole": kernel_over,
-        "why": why_apart(over, timed, kernel_over),
         "tile": list(tile),
         "tile_source": source,
         "tile_eff": eff,
@@ -213,3 +215,68 @@ def case_bands(
         "ceiling_tflops": eff * best["tflops"] if best and best["tflops"] else None,
         "error": None,
     }
+    return out | kernel_summary(rows, over, whole)
+
+
+def kernel_summary(rows: list[dict], over: float | None, whole: dict) -> dict:
+    """The bands' kernel sum against the whole batch's and `why` (recomputed once the breakdowns are in)."""
+    timed = [r for r in rows if r["status"] == "ok"]
+    complete = all(r["status"] in ("ok", "empty") for r in rows)
+    whole_kernels = (whole.get("kernels") or {}).get("sum_ms")
+    kernel_sum = _sum(timed, "kernel_ms") if complete else None
+    kernel_over = kernel_sum / whole_kernels if kernel_sum is not None and whole_kernels else None
+    why = why_apart(over, timed, kernel_over)
+    return {"kernel_sum_ms": kernel_sum, "kernel_sum_over_whole": kernel_over, "why": why}
+
+
+def kernels_pending(bands: dict | None) -> bool:
+    """Whether a `bands` record has timed bands still waiting for their breakdown (no `kernel_ms` key yet)."""
+    return any(r.get("status") == "ok" and "kernel_ms" not in r for r in (bands or {}).get("rows", []))
+
+
+def band_kernels(
+    case: Case,
+    provider: Provider,
+    bands: dict,
+    q_lengths: np.ndarray,
+    kv_lengths: np.ndarray,
+    device: torch.device,
+    profile: Callable[[Callable], dict],
+    whole: dict,
+) -> dict:
+    """The `bands` record with each timed band's breakdown (the second phase: after every timed measurement
+    of the process): its sub-batch built again, warmed, and `profile(fn)` (its `kernels` record); kernel_ms,
+    pass_median_ms, idle_share (GPU) and a note of what went wrong per band, then the kernel sums and `why`.
+    `whole`: the case's record with its own breakdown."""
+    q = np.asarray(q_lengths, dtype=np.int64)
+    k = np.asarray(kv_lengths, dtype=np.int64)
+    rows = [dict(r) for r in bands.get("rows", [])]
+    for row, band in zip(rows, bands_of(bands["edges"]), strict=True):
+        if row.get("status") != "ok" or "kernel_ms" in row:
+            continue
+        idx = band.members(q, k)
+        row.update(kernel_ms=None, pass_median_ms=None, idle_share=None)
+        batch = fn = None
+        try:
+            batch = _band_batch(case, q[idx], k[idx], device)
+            fn = provider.build(batch, case.spec, case.mode)
+            fn()  # the band's first call (compile cached since its timing): outside the profiled pass
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            kern = profile(fn)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            if is_sticky_cuda_error(exc):
+                raise
+            kern = {"error": f"the band could not be built again: {one_line(exc)}"}
+        finally:
+            del fn, batch
+            _free(device)
+        row["kernel_ms"], row["pass_median_ms"] = kern.get("sum_ms"), kern.get("pass_median_ms")
+        if kern.get("source") == "cuda":  # the CPU profiler's ops say nothing of a GPU's idle time
+            idle = idle_share(kern.get("sum_ms"), kern.get("pass_median_ms"))
+            row["idle_share"] = None if idle != idle else idle
+        if kern.get("error"):
+            row["note"] = "; ".join(filter(None, [row.get("note"), f"kernel breakdown: {kern['error']}"]))
+    return {**bands, "rows": rows, **kernel_summary(rows, bands.get("sum_over_whole"), whole)}

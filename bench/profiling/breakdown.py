@@ -1,11 +1,16 @@
 """Kernel breakdown of one case: the kernels a timed call launches, each with its calls and time per call.
 
-A short pass after the timed samples (and the energy loop), so the samples are never taken under a
-profiler: the case's callable runs `calls` times under `torch.profiler` (CUPTI on a GPU), each call inside
-a `gdpa_bench::call` range and, as the timer does, preceded by the L2 flush inside a `gdpa_bench::l2_flush`
-range (synchronized inside it, so no range's window overlaps the next); uncounted calls in a
-`gdpa_bench::warm` range come first, back to back for `warm_ms` (the profiler's first-call costs, and the
-clocks a power-capped GPU regains while the profiler starts). On a GPU the pass's Kineto trace (Chrome
+A profiler pass that runs only after every timed measurement of its process (the sweep's second phase,
+bench.profiling.later: a torch.profiler session leaves host time on every later call of the process, so
+nothing is timed after one): the case's callable runs `calls` times under `torch.profiler` (CUPTI on a
+GPU), each call inside a `gdpa_bench::call` range and, as the timer does, preceded by the L2 flush inside a
+`gdpa_bench::l2_flush` range (synchronized inside it, so no range's window overlaps the next); uncounted
+calls in a `gdpa_bench::warm` range come first, back to back for `warm_ms` (the profiler's first-call
+costs, and the clocks a power-capped GPU regains while the profiler starts), then, in a `gdpa_bench::timed`
+range, calls timed exactly as the samples are (the flush, one event pair per call, no sync between calls,
+chunks as bench.case.timing's) for `window` (`pass_median_ms`, `pass_calls`): the event time of the call at
+the clock and the moment of the profiled calls, which the kernel sum is judged against (bench.profiling.views:
+`idle_share`, `host_bound`, `accounting`). On a GPU the pass's Kineto trace (Chrome
 trace JSON) says which call each kernel belongs to (bench.profiling.trace_events): by the launch API call its CUPTI
 correlation id links it to, on whatever thread and whatever launched it (a torch op, autograd's device
 thread, Triton's driver-API launcher, a CuTe DSL launch), else by its own device time. Memsets and copies
@@ -19,7 +24,7 @@ pipeline is exercised end to end, the figures say nothing about a GPU.
 The record (`kernels`, docs/DESIGN.md §6; each key and each column of `rows` a row of results.metrics):
 {source: cuda | cpu, profiled_calls, sum_ms (kernel time per call), n_kernels (launches per call), rows:
 [{name, calls (per call), ms (per call), share, rule (GPU: what placed it)}], unattributed_ms (GPU: device
-time per call no rule placed; ~0), trace (the kept trace's path), error}.
+time per call no rule placed; ~0), pass_median_ms, pass_calls, trace (the kept trace's path), error}.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -42,10 +48,21 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from bench.profiling.trace_events import CALL_RANGE, FLUSH_RANGE, RANGES, WARM_RANGE, Attribution, attribute
+from bench.case.timing import chunk_size
+from bench.profiling.trace_events import (
+    CALL_RANGE,
+    FLUSH_RANGE,
+    RANGES,
+    TIMED_RANGE,
+    WARM_RANGE,
+    Attribution,
+    attribute,
+)
 
 OUTSIDE_OPS = "(outside torch ops)"
 MAX_WARM_CALLS = 500  # bounds the events a warm-up of very short calls records
+#: the pass's event-timed calls: (ms, min calls, max calls), as a timing window (bench.case.timing.chunk_size)
+PASS_WINDOW = (50.0, 10, 200)
 MAX_ROWS = 24  # a call launching more distinct kernels keeps its longest ones and one `(other)` row
 _KINETO_NOISE = re.compile(r"profiler_(start|stop)\s*$")
 
@@ -165,7 +182,34 @@ def device_record(found: Attribution, calls: int, flushed_expected: bool) -> dic
     return out
 
 
-def _profiled(fn, sync, flush, calls: int, warm_ms: float, activities):
+def timed_calls(fn, sync, flush, gpu: bool, window: tuple[float, int, int]) -> list[float]:
+    """`fn` timed as the samples are (bench.case.timing): GPU, the flush then one event pair per call, no sync
+    between the calls of a chunk; CPU, wall clock per call. Chunks as `chunk_size` sizes them for `window`
+    (ms, min calls, max calls). The times in ms."""
+    ms, lo, hi = window
+    times: list[float] = []
+    while n := chunk_size(times, ms, lo, hi):
+        if not gpu:
+            for _ in range(n):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+            continue
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            if flush is not None:
+                flush.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        sync()
+        times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return times
+
+
+def _profiled(fn, sync, flush, calls: int, warm_ms: float, activities, window):
+    gpu = ProfilerActivity.CUDA in activities
     with _quiet_profiler_log(), profile(activities=activities) as prof:
         with record_function(WARM_RANGE):
             start = time.perf_counter()
@@ -176,6 +220,9 @@ def _profiled(fn, sync, flush, calls: int, warm_ms: float, activities):
                 sync()
                 if (time.perf_counter() - start) * 1e3 >= warm_ms:
                     break
+        with record_function(TIMED_RANGE):
+            times = timed_calls(fn, sync, flush, gpu, window)
+            sync()
         for _ in range(calls):
             if flush is not None:
                 with record_function(FLUSH_RANGE):
@@ -184,7 +231,7 @@ def _profiled(fn, sync, flush, calls: int, warm_ms: float, activities):
             with record_function(CALL_RANGE):
                 fn()
             sync()
-    return prof
+    return prof, times
 
 
 def export_trace(prof, dest: Path | None) -> dict:
@@ -211,20 +258,23 @@ def kernel_breakdown(
     flush: torch.Tensor | None = None,
     warm_ms: float = 0.0,
     trace_path: Path | None = None,
+    window: tuple[float, int, int] = PASS_WINDOW,
 ) -> dict:
     """Profile `calls` calls of `fn` (already warmed) and return the `kernels` record. `flush`: the
     timer's L2-flush buffer, zeroed before each call as the timed samples do (None: no flush). `warm_ms`:
     calls run back to back inside the profiler, uncounted, for at least this long first (at most
     MAX_WARM_CALLS): a GPU at its power cap recovers its clocks while the profiler starts, and three calls
-    right after that ran a bf16 GEMM 15% faster than its timed median on the H200. `trace_path`: keep the
-    pass's trace there (recorded as `trace`, the path as given)."""
+    right after that ran a bf16 GEMM 15% faster than its timed median on the H200. `window`: the pass's
+    event-timed calls (ms, min calls, max calls; `pass_median_ms`). `trace_path`: keep the pass's trace
+    there (recorded as `trace`, the path as given)."""
     gpu = device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     sync()
-    prof = _profiled(fn, sync, flush, calls, warm_ms, activities)
+    prof, times = _profiled(fn, sync, flush, calls, warm_ms, activities, window)
     trace = export_trace(prof, trace_path) if gpu or trace_path is not None else None
     kept = {"trace": str(trace_path)} if trace_path is not None else {}
+    kept |= {"pass_median_ms": statistics.median(times) if times else None, "pass_calls": len(times)}
     if gpu:
         return {**device_record(attribute(trace), calls, flush is not None), **kept}
     events = list(prof.events())

@@ -1,10 +1,10 @@
 """Which profiled call each device activity belongs to, read from the Kineto trace (Chrome trace JSON, what
 `torch.profiler.profile.export_chrome_trace` writes; the format Perfetto and chrome://tracing load).
 
-The breakdown (bench.profiling.breakdown) runs each counted call inside a `gdpa_bench::call` range, each L2 flush inside
-a `gdpa_bench::l2_flush` range and the warm-up inside `gdpa_bench::warm`; each range is followed by a
-synchronize before the next one opens. A device activity (a kernel, memset or memcpy) is placed by the first
-of two rules that applies:
+The breakdown (bench.profiling.breakdown) runs each counted call inside a `gdpa_bench::call` range, each L2
+flush inside a `gdpa_bench::l2_flush` range, the warm-up inside `gdpa_bench::warm` and the pass's event-timed
+calls inside `gdpa_bench::timed`; each range is followed by a synchronize before the next one opens. A
+device activity (a kernel, memset or memcpy) is placed by the first of two rules that applies:
 
 - `launch`: it links by its CUPTI `correlation` id to the runtime or driver API call that enqueued it
   (`cudaLaunchKernel`, `cuLaunchKernel(Ex)`, `cudaMemsetAsync`, ...), on whatever thread, and belongs to
@@ -34,7 +34,8 @@ from typing import Any
 CALL_RANGE = "gdpa_bench::call"
 FLUSH_RANGE = "gdpa_bench::l2_flush"
 WARM_RANGE = "gdpa_bench::warm"
-RANGES = (CALL_RANGE, FLUSH_RANGE, WARM_RANGE)
+TIMED_RANGE = "gdpa_bench::timed"  # the pass's own event-timed calls (bench.profiling.breakdown): not counted
+RANGES = (CALL_RANGE, FLUSH_RANGE, WARM_RANGE, TIMED_RANGE)
 DEVICE_CATS = frozenset({"kernel", "gpu_memset", "gpu_memcpy", "memset", "memcpy", "concurrent_kernel"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"})
 BY_LAUNCH, BY_DEVICE_TIME = "launch", "device time"

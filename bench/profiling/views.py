@@ -1,15 +1,22 @@
-"""The profiling views of a run's cases (docs/DESIGN.md §5, "Where the time goes"): after a case's timed
-samples and energy loop, its CUDA-graph device time (`timing.cuda_graph`, bench.case.graph_timing), its kernel
-breakdown (bench.profiling.breakdown; with `breakdown.trace` its Kineto trace under RUN_DIR/traces/) and whether the
-GPU idled through the call (`host_bound`), and, for the cases `bands.only` selects, its length bands
-(bench.profiling.bands), each band measured exactly as the whole case (`measure`: the same timer, flush, graph time and
-breakdown); after the sweep, Nsight Compute over the cases `counters.only` selects (bench.profiling.counters). None of
-them can fail a case: what goes wrong is recorded in its block (`kernels.error`, `cuda_graph.error`,
-`bands.error` or a band's `error` or `note`, `counters.status` and `reason`), except a fault of the GPU (a
-sticky CUDA error, bench.case.faults), which is the case's: it is recorded `failed` and ends the process's sweep.
-The views run wherever the sweep runs, a worker process included (bench.shard.worker); a restarted worker
-resumes the run folder, so the cases already recorded keep their views, and Nsight Compute after the
-sweep profiles only the selected cases that have no counters yet (bench.profiling.counters.for_run)."""
+"""The profiling views of a run's cases (docs/DESIGN.md §5, "Where the time goes"), in two phases, because a
+torch.profiler session leaves host time on every later call of its process (~0.1 ms per call on the H200,
+CUPTI torn down or not) and so no timed measurement may follow one:
+
+- `timed`, with each case, after its samples and energy loop: its CUDA-graph device time
+  (`timing.cuda_graph`, bench.case.graph_timing) and, for the cases `bands.only` selects, its length bands'
+  timings (bench.profiling.bands; `measure`: each band's sub-batch timed exactly as the whole case, the same
+  timer, flush and graph time);
+- `profiled`, after the last timed case of the process (bench.profiling.later): its kernel breakdown
+  (bench.profiling.breakdown; with `breakdown.trace` its Kineto trace under RUN_DIR/traces/), judged against
+  the event-timed median of the breakdown's own pass (`idle_share`, `host_bound`, `accounting`), and its
+  bands' breakdowns;
+
+then Nsight Compute over the cases `counters.only` selects, in a child process (bench.profiling.counters).
+None of them can fail a case: what goes wrong is recorded in its block (`kernels.error`,
+`cuda_graph.error`, `bands.error` or a band's `error` or `note`, `counters.status` and `reason`), except a
+fault of the GPU (a sticky CUDA error, bench.case.faults), which is the case's: it is recorded `failed` and
+ends the process's sweep. A case whose profiled views are still missing (`pending`: a run stopped between
+the phases, a worker lost to a fault) gets them from the next process that resumes the run folder."""
 
 from __future__ import annotations
 
@@ -24,11 +31,11 @@ from bench.case.faults import is_sticky_cuda_error
 from bench.case.graph_timing import graph_time
 from bench.case.timing import Samples, l2_flush_buffer
 from bench.config.cases import Case
-from bench.profiling.bands import case_bands
-from bench.profiling.breakdown import failed, kernel_breakdown, trace_name
+from bench.profiling.bands import band_kernels, case_bands, kernels_pending
+from bench.profiling.breakdown import PASS_WINDOW, failed, kernel_breakdown, trace_name
 from bench.profiling.counters import for_run
 from kernels.registry import Provider
-from results.figures import host_bound, idle_share
+from results.figures import accounting, host_bound, idle_share
 from results.files import ResultsWriter
 from support.text import one_line
 
@@ -43,15 +50,24 @@ class CaseProfiling:
         self.breakdown_on = model.breakdown.on(device.type)
         self.bands_rx = re.compile(model.bands.only) if model.bands.only else None
 
-    def after_samples(self, case: Case, rec: dict, fn, provider: Provider, batch) -> None:
-        """The views of one timed case, into its record."""
+    # -- the timed phase: with each case ---------------------------------------------------------------
+    def timed(self, case: Case, rec: dict, fn, provider: Provider, batch) -> None:
+        """The timed views of one case, after its samples and energy loop, into its record."""
         if self.gpu and self.model.timing.cuda_graph:
             rec["cuda_graph"] = graph_time(fn, self.device, self._flush(), rec.get("median_ms"))
-        if self.breakdown_on:
-            rec["kernels"] = self.breakdown(fn, case.id)
-            self.idle(rec["kernels"], rec)
         if self.bands_rx is not None and self.bands_rx.search(case.id):
             rec["bands"] = self.bands(case, rec, provider, batch.q_lengths, batch.kv_lengths)
+
+    def measure(self, fn) -> dict:
+        """`fn` (warmed) timed exactly as a whole case is: the runner's timer (the same path and L2 flush),
+        then its CUDA-graph time when configured. {samples, graph_ms, note (why graph_ms is missing),
+        profiled_later (a breakdown comes in the second phase)}."""
+        samples = self.timer(fn)
+        out: dict = {"samples": samples, "graph_ms": None, "note": None, "profiled_later": self.breakdown_on}
+        if self.gpu and self.model.timing.cuda_graph:
+            g = graph_time(fn, self.device, self._flush(), samples.median_ms)
+            out.update(graph_ms=g["ms"], note=g["error"])
+        return out
 
     def after_sweep(self, cases: list[Case], writer: ResultsWriter, run_dir: Path, say: Callable[[str], None]):
         """Nsight Compute over the selected cases recorded ok (one child process for all of them)."""
@@ -62,32 +78,62 @@ class CaseProfiling:
     def _flush(self) -> torch.Tensor | None:
         return l2_flush_buffer(self.device) if self.gpu and self.model.timing.flush_l2 else None
 
-    def idle(self, kernels: dict, rec: dict) -> None:
-        """The share of the timed call the GPU had no kernel of it, and the `host_bound` flag (GPU only:
-        the CPU profiler's ops say nothing about a GPU's idle time)."""
-        if kernels.get("source") != "cuda" or kernels.get("sum_ms") is None:
-            return
-        idle = idle_share(kernels["sum_ms"], rec.get("median_ms"))
-        kernels["idle_share"] = None if np.isnan(idle) else idle
-        rec["host_bound"] = host_bound(kernels["sum_ms"], rec.get("median_ms"))
+    # -- the profiled phase: after the process's last timed case ---------------------------------------
+    def pending(self, rec: dict) -> bool:
+        """Whether a case recorded ok still lacks a view of the profiled phase (its breakdown, a band's)."""
+        if rec.get("status") != "ok":
+            return False
+        return (self.breakdown_on and "kernels" not in rec) or kernels_pending(rec.get("bands"))
 
-    def measure(self, fn) -> dict:
-        """`fn` (warmed) measured exactly as a whole case is: the runner's timer (the same path and L2
-        flush), then its CUDA-graph time when configured, then its kernels (GPU runs with the breakdown on).
-        {samples, graph_ms, kernel_ms, note (why graph_ms or kernel_ms is missing)}."""
-        samples = self.timer(fn)
-        out: dict = {"samples": samples, "graph_ms": None, "kernel_ms": None, "note": None}
-        notes = []
-        if self.gpu and self.model.timing.cuda_graph:
-            g = graph_time(fn, self.device, self._flush(), samples.median_ms)
-            out["graph_ms"] = g["ms"]
-            notes += [g["error"]] if g["error"] else []
-        if self.gpu and self.breakdown_on:
-            k = self.breakdown(fn, None)
-            out["kernel_ms"] = k.get("sum_ms")
-            notes += [f"kernel breakdown: {k['error']}"] if k.get("error") else []
-        out["note"] = "; ".join(notes) or None
+    def profiled(self, case: Case, rec: dict, fn, provider: Provider, batch, redo: bool = False) -> dict:
+        """The fields the profiled phase adds to a timed case's record: `kernels` and `host_bound` (unless it
+        has them, or `redo`), the bands' breakdowns (where they are pending). `fn`: the case's callable, built
+        again and warmed."""
+        out: dict = {}
+        if self.breakdown_on and (redo or "kernels" not in rec):
+            out["kernels"] = self.breakdown(fn, case.id)
+            out.update(self.judge(out["kernels"], rec))
+        if kernels_pending(rec.get("bands")):
+            whole = {**rec, **out}
+            profile = lambda band_fn: self.breakdown(band_fn, None)
+            q, kv = batch.q_lengths, batch.kv_lengths
+            out["bands"] = band_kernels(case, provider, rec["bands"], q, kv, self.device, profile, whole)
         return out
+
+    def unprofiled(self, rec: dict, why: str, redo: bool = False) -> dict:
+        """The fields that settle a case's pending views (with `redo`, its breakdown too) when its callable
+        cannot be built again."""
+        out: dict = {}
+        if self.breakdown_on and (redo or "kernels" not in rec):
+            out["kernels"] = failed(why, self.model.breakdown.calls, self.device)
+        if kernels_pending(rec.get("bands")):
+            rows = [
+                {**r, "kernel_ms": None, "pass_median_ms": None, "idle_share": None, "note": why}
+                if r.get("status") == "ok" and "kernel_ms" not in r
+                else r
+                for r in rec["bands"]["rows"]
+            ]
+            out["bands"] = {**rec["bands"], "rows": rows}
+        return out
+
+    @staticmethod
+    def judge(kernels: dict, rec: dict) -> dict:
+        """A GPU breakdown judged (the CPU profiler's ops say nothing about a GPU's idle time): into `kernels`
+        the kernel sum over the pass's own event-timed median (`sum_over_pass`, the same clock and moment:
+        what `idle_share`, `accounting` and the case's `host_bound` are read from) and over the case's timed
+        median (`sum_over_median`, reported: the samples ran at another moment, under a power cap at another
+        clock); the case's fields ({host_bound}) returned."""
+        if kernels.get("source") != "cuda" or kernels.get("sum_ms") is None:
+            return {}
+        k, call, median = kernels["sum_ms"], kernels.get("pass_median_ms"), rec.get("median_ms")
+        idle = idle_share(k, call)
+        kernels.update(
+            sum_over_pass=k / call if call else None,
+            sum_over_median=k / median if median else None,
+            idle_share=None if np.isnan(idle) else idle,
+            accounting=accounting(k, call),
+        )
+        return {"host_bound": host_bound(k, call)}
 
     def gate(self) -> dict | None:
         """The correctness gate each band passes before it is timed, as the case did (None: the gate is off)."""
@@ -114,6 +160,12 @@ class CaseProfiling:
                 raise  # the GPU faulted: the case's error, and the process's end (bench.case.faults)
             return {"edges": self.model.bands.edges, "rows": [], "error": f"length bands failed: {one_line(exc)}"}
 
+    def window(self) -> tuple[float, int, int]:
+        """The breakdown pass's event-timed calls: PASS_WINDOW, never more than the config's timing window
+        (a CPU run's few interpreted calls)."""
+        t, (ms, lo, hi) = self.model.timing, PASS_WINDOW
+        return min(ms, t.rep_ms), min(lo, t.min_reps), min(hi, t.max_reps)
+
     def trace_path(self, case_id: str | None) -> Path | None:
         if case_id is None or self.run_dir is None or not self.model.breakdown.traced(case_id):
             return None
@@ -125,7 +177,8 @@ class CaseProfiling:
         calls, warm_ms = self.model.breakdown.calls, self.model.breakdown.warm_ms
         dest = self.trace_path(case_id)
         try:
-            rec = kernel_breakdown(fn, self.device, calls, self._flush(), warm_ms, trace_path=dest)
+            flush, window = self._flush(), self.window()
+            rec = kernel_breakdown(fn, self.device, calls, flush, warm_ms, trace_path=dest, window=window)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # the case was timed; a profiler that fails only loses its breakdown

@@ -25,6 +25,7 @@ from pathlib import Path
 from bench.config.cases import Case
 from bench.config.models import LoadedConfig, default_run_dir
 from bench.errors import EXIT_FAILED, UsageError
+from bench.profiling.later import pending_ids
 from bench.shard.merge import merge_planned, rc_text
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
 from bench.shard.worker import STOP_GRACE_S, WorkerProcess, worker_env
@@ -317,9 +318,15 @@ def _resume_sharded(cfg: LoadedConfig, cases: list[Case], args, run_dir: Path, l
     if not (run_dir / "results.json").is_file() and read_plan(run_dir) is not None:
         merge_planned(run_dir)  # the parent died before merging: merge what the shards recorded
     check_resume(cfg, run_dir, getattr(args, "force", False))
-    done = {c["id"] for c in read_results(run_dir).get("cases", [])}
+    records = read_results(run_dir).get("cases", [])
+    # a case a shard timed but left without its profiled views (stopped between its phases) is timed again
+    # in a new shard, whose complete record overrides the earlier one in the merge
+    unprofiled = pending_ids(cfg.model, cfg.model.device, records)
+    done = {c["id"] for c in records} - unprofiled
     todo = [c for c in cases if c.id not in done]
     print(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded", flush=True)
+    if unprofiled & {c.id for c in todo}:
+        print(f"  {len(unprofiled)} recorded without their profiled views: timed again with them", flush=True)
     if not todo:
         if read_plan(run_dir) is not None:
             data = merge_planned(run_dir)

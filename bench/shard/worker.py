@@ -9,8 +9,10 @@ of this is inside a timed region: a worker times exactly what an in-process run 
 
 Two users, one mechanism: a one-device `run` on a GPU (`run_in_worker`: one worker writing the run folder,
 printing to this terminal) and every worker of a sharded run (bench.shard.local: one per GPU, each
-restarted into its own shard folder). A worker is started again only when it recorded a case since it
-started, so a run cannot loop.
+restarted into its own shard folder). A worker is started again only when it recorded a case, or a case's
+failure, since it started, so a run cannot loop. Each worker times its cases first and profiles them after
+its last timed case (bench.profiling.later); a fresh worker gives the cases its predecessor left without
+their profiled views theirs.
 
 One writer per folder (bench.sweep.runlock): a one-device run's parent holds the run folder's lock for the
 whole run and each of its workers inherits the locked descriptor (`--lock-fd`); a shard's worker locks
@@ -52,6 +54,17 @@ def recorded(run_dir: Path) -> int:
         return 0
 
 
+def progress(run_dir: Path) -> int:
+    """What a worker has settled in `run_dir`: its recorded cases, plus those that failed, so that a case
+    that faults the GPU in the profiled phase (recorded `ok` in the timed phase, `failed` in the profiled
+    one: bench.profiling.later) counts as progress too (0 without a readable results.json)."""
+    try:
+        cases = read_results(run_dir).get("cases", [])
+    except (ResultsError, OSError):
+        return 0
+    return len(cases) + sum(c.get("status") != "ok" for c in cases)
+
+
 def resume_in_place(cmd: list[str]) -> list[str]:
     """The worker command that continues the folder `cmd` writes: its `--out DIR` becomes `--resume DIR`."""
     return ["--resume" if x == "--out" else x for x in cmd]
@@ -67,13 +80,13 @@ class WorkerProcess:
         self.proc = self.spawn()
 
     def spawn(self) -> subprocess.Popen:
-        self.recorded_at_start = recorded(self.out_dir)
+        self.progress_at_start = progress(self.out_dir)
         return subprocess.Popen(self.cmd, env=self.env, start_new_session=True, **self.popen)
 
     def restart_after_fault(self) -> bool:
-        """If the process ended because a CUDA fault left its context unusable, having recorded a case
-        since it started: start a fresh one that resumes the folder. Whether one was started."""
-        if self.proc.poll() != EXIT_CONTEXT_LOST or recorded(self.out_dir) <= self.recorded_at_start:
+        """If the process ended because a CUDA fault left its context unusable, having recorded a case (or
+        a case's failure) since it started: start a fresh one that resumes the folder. Whether one was started."""
+        if self.proc.poll() != EXIT_CONTEXT_LOST or progress(self.out_dir) <= self.progress_at_start:
             return False
         self.cmd = resume_in_place(self.cmd)
         self.restarts += 1

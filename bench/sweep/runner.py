@@ -4,9 +4,12 @@ Cases are grouped by workload so each jagged batch is built once on the device. 
 four states: `ok` (timed), `incorrect` (failed the correctness gate: not timed), `failed` (raised, e.g.
 out of memory: memory is freed and the sweep goes on) or `skipped` (the provider cannot run here or
 does not support the case, with the reason). results.json/.csv are rewritten after every case
-(docs/DESIGN.md §5, §6). A case that faults the GPU (a sticky CUDA error: bench.case.faults) is recorded
-`failed` and ends the sweep with `context_lost` set: the process's CUDA context is unusable, so the cases
-after it are left to a fresh process (`--resume`; the command's worker process does that by itself).
+(docs/DESIGN.md §5, §6). The profiler-based views (kernel breakdown, trace, the bands' breakdowns) run after
+the last timed case of the process, adding their fields to the recorded cases (bench.profiling.later): a
+profiler session perturbs every later timing of its process. A case that faults the GPU (a sticky CUDA
+error: bench.case.faults) is recorded `failed` and ends the sweep with `context_lost` set: the process's
+CUDA context is unusable, so the cases after it are left to a fresh process (`--resume`; the command's
+worker process does that by itself).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from bench.config.models import LoadedConfig
 from bench.config.profiling import sections_record
 from bench.config.resources import Shape, batch_need, case_need, free_bytes, skip_reason
 from bench.monitor import PowerMonitor
+from bench.profiling.later import profile_recorded
 from bench.profiling.views import CaseProfiling
 from bench.sweep import env as envmod
 from bench.sweep.progress import Progress, format_rate
@@ -71,7 +75,7 @@ class Runner:
         existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
         self.writer = ResultsWriter(self.run_dir, self.meta(), existing)
         self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
-        # the views after the samples (§5); traces go under the run folder
+        # the timed views with each case, the profiled ones after the last timed case (§5); traces under the run folder
         self.profiling = CaseProfiling(self.settings, device, self.time, self.run_dir)
         self.progress = Progress(0, False, log)
         self.interrupted = False
@@ -251,7 +255,7 @@ class Runner:
                 status="ok",
             )
             self.power.after_samples(case, rec, fn, flops)
-            self.profiling.after_samples(case, rec, fn, provider, batch)
+            self.profiling.timed(case, rec, fn, provider, batch)  # graph time, bands: still the timed phase
         except torch.cuda.OutOfMemoryError as exc:
             rec.update(status="failed", error=f"out of memory: {one_line(exc)}", times_ms=[])
         except KeyboardInterrupt:
@@ -323,6 +327,7 @@ class Runner:
                 self._calibrate()
                 for w, group in groupby(todo, key=lambda c: c.workload):
                     self._run_workload(w, list(group), counts)
+                self._profiled_phase(cases)  # nothing is timed in this process after it (§5)
                 self.profiling.after_sweep(cases, self.writer, self.run_dir, self.say)
             except KeyboardInterrupt:
                 self.interrupted = True
@@ -341,6 +346,15 @@ class Runner:
         if crash is not None:
             raise crash
         return counts
+
+    def _profiled_phase(self, cases: list[Case]) -> None:
+        """The profiler-based views of every case of the run folder recorded ok without them (this process's
+        and those a stopped or faulted process left), after this process's last timed case
+        (bench.profiling.later). A GPU fault there is the case's: recorded `failed`, the sweep ends."""
+        lost = profile_recorded(self.profiling, cases, self.writer, self.provider, self.say)
+        if lost is not None:
+            self.context_lost = lost[1]
+            raise ContextLost(*lost)
 
     def _finish(self, crash: BaseException | None) -> None:
         try:
