@@ -53,6 +53,11 @@ def holder(run_dir: Path, wait_s: float = 1.0) -> str:
     return f"pid {info['pid']} on {info.get('host')}, since {info.get('since')}" + (f": {cmd[:200]}" if cmd else "")
 
 
+def _named(option: str, run_dir: Path) -> str:
+    """`--out DIR`, or bench.run's `out=DIR`."""
+    return f"{option}{run_dir}" if option.endswith("=") else f"{option} {run_dir}"
+
+
 @contextmanager
 def run_folder_lock(run_dir: Path, option: str) -> Iterator[int]:
     """Hold the run folder's lock (creating the folder) for the block; a one-line UsageError naming the
@@ -64,13 +69,13 @@ def run_folder_lock(run_dir: Path, option: str) -> Iterator[int]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
-        raise UsageError(f"{option} {run_dir}: cannot create its lock file ({exc.strerror or exc})") from None
+        raise UsageError(f"{_named(option, run_dir)}: cannot create its lock file ({exc.strerror or exc})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise UsageError(
-                f"{option} {run_dir}: another gdpa-bench is writing this run folder ({holder(run_dir)}); "
+                f"{_named(option, run_dir)}: another gdpa-bench is writing this run folder ({holder(run_dir)}); "
                 "wait for it to finish, or choose another folder"
             ) from None
         info = {

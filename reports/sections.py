@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from kernels.registry import MODES
+from kernels.modes import MODES
 from reports.cpu_notes import cpu_banner, ratios_shown
 from reports.document import DASH, Image, Section, Table, cell, fmt, fmt_date, isnum
 from reports.environment import environment_table

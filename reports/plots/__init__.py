@@ -25,6 +25,7 @@ Only the object-oriented Matplotlib API is used (Figure + FigureCanvasAgg): no p
 
 from __future__ import annotations
 
+import errno
 import importlib
 import pkgutil
 import warnings
@@ -36,6 +37,8 @@ from reports.plots.common import PlotWarning, placeholder
 from reports.plots.registry import PlotData, draw, registered
 from results.power_csv import read_power
 
+# errors of a file that cannot be written: the report stops (reports.render puts the old one back)
+WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO}
 # the package's own machinery; every other module of it holds plots
 _FRAMEWORK = {"common", "registry"}
 
@@ -53,7 +56,7 @@ def make_all_plots(
     """Every registered plot of a run into `<run_dir>/plots/`; returns every file written (PNGs and CSVs).
 
     A plot that raises is replaced by a placeholder PNG naming the error (and a `PlotWarning`), so one
-    broken plot never stops the report.
+    broken plot never stops the report; an OSError (a file that cannot be written) is raised.
     """
     run_dir = Path(run_dir)
     if run_dir.is_file():
@@ -66,6 +69,11 @@ def make_all_plots(
     for p in registered():
         try:
             written.extend(draw(p, data, out))
+        except OSError as e:
+            if e.errno in WRITE_ERRORS:
+                raise  # a file that cannot be written (disk full) is the report's error, not one plot's
+            warnings.warn(f"plot {p.name} failed: {e!r}", PlotWarning, stacklevel=2)
+            written.append(placeholder(out / f"{p.name}.png", f"plot failed: {type(e).__name__}: {e}", p.name))
         except Exception as e:
             warnings.warn(f"plot {p.name} failed: {e!r}", PlotWarning, stacklevel=2)
             written.append(placeholder(out / f"{p.name}.png", f"plot failed: {type(e).__name__}: {e}", p.name))

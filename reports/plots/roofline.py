@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels.registry import MODES
+from kernels.modes import MODES
 from reports.plots.common import each_provider, figure, fmt_num, ok_cases, provider_colors
 from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import ceiling_for

@@ -1,0 +1,106 @@
+"""What a newcomer met on a CPU machine (issue 32): start-up cost of the commands that only read results,
+the messages of a misspelt field, a `--providers` that matches nothing and an API caller's errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "configs" / "smoke.yaml"
+# imports a command must not pay for: torch alone takes ~3 s to import on a CPU machine
+HEAVY = ("torch", "triton", "matplotlib")
+PROBE = """
+import json, sys
+from bench.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:
+    rc = e.code
+print(json.dumps({"rc": rc, "heavy": [m for m in HEAVY if m in sys.modules]}), file=sys.stderr)
+""".replace("HEAVY", repr(HEAVY))
+
+GOOD_RUN = {
+    "schema": "gdpa-bench/1",
+    "meta": {"device": "cpu", "config_name": "x", "started_at": "2026-12-01T00:00:00+00:00"},
+    "workloads": {},
+    "cases": [{"id": "s/fwd/L=8/naive_eager", "status": "ok", "provider": "naive_eager", "mode": "fwd",
+               "times_ms": [1.0, 1.1], "median_ms": 1.05, "tflops": 2e-6}],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["fields"], ["compare", "run", "run"], ["table", "run"], ["power-checks", "run"]],
+    ids=lambda a: a[0],
+)
+def test_commands_that_only_read_results_do_not_import_torch(argv, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(GOOD_RUN))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TRITON_INTERPRET", None)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    seen = json.loads(p.stderr.strip().splitlines()[-1])
+    assert seen["rc"] in (0, None), p.stderr[-2000:]
+    assert seen["heavy"] == [], f"{argv[0]} imported {seen['heavy']}"
+
+
+BASE = yaml.safe_load(SMOKE.read_text())
+
+
+def _write(tmp_path: Path, data) -> str:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def _error(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_a_misspelt_required_field_names_the_unknown_key(tmp_path, capsys):
+    cfg = copy.deepcopy(BASE)
+    cfg["provders"] = cfg.pop("providers")
+    assert main(["list", _write(tmp_path, cfg)]) == 2
+    line = _error(capsys)
+    assert "providers: required field is missing (unknown key 'provders' — did you mean 'providers'?)" in line, line
+    # inside a set too
+    cfg = copy.deepcopy(BASE)
+    cfg["sets"][0]["max_lne"] = cfg["sets"][0].pop("max_len")
+    assert main(["list", _write(tmp_path, cfg)]) == 2
+    line = _error(capsys)
+    assert "sets.tiny.max_len: required field is missing (unknown key 'max_lne' — did you mean 'max_len'?)" in line
+
+
+def test_providers_that_match_no_case_name_the_configs_providers(capsys):
+    assert main(["list", str(SMOKE), "--providers", "gdpa,flex_attention"]) == 2
+    line = _error(capsys)
+    assert "no case matches --providers gdpa,flex_attention" in line, line
+    assert "the config's providers: gdpa_triton, naive_eager, reference" in line, line
+
+
+def test_api_errors_name_the_api_keywords_not_the_cli_options(tmp_path, monkeypatch):
+    import bench
+
+    monkeypatch.chdir(tmp_path)
+    cfg = copy.deepcopy(BASE)
+    (tmp_path / "old").mkdir()
+    for kw in ({"resume": "old"}, {"only": "nothing-like-this"}, {"providers": "nope"}, {"only": "("}):
+        with pytest.raises(ValueError) as exc:
+            bench.run(cfg, **kw)
+        msg = str(exc.value)
+        assert "--resume" not in msg and "--only" not in msg and "--providers" not in msg, msg
+        assert f"{next(iter(kw))}=" in msg, msg
