@@ -22,16 +22,16 @@ import threading
 import time
 from pathlib import Path
 
-from bench.cases import Case
-from bench.config import LoadedConfig, default_run_dir
+from bench.config.cases import Case
+from bench.config.models import LoadedConfig, default_run_dir
 from bench.errors import EXIT_FAILED, UsageError
-from bench.reporting import render as render_report
-from bench.rundir import check_new_run_dir, check_resume, resume_command
-from bench.runlock import run_folder_lock
 from bench.shard.merge import merge_planned, rc_text
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
 from bench.shard.worker import STOP_GRACE_S, WorkerProcess, worker_env
-from bench.signals import interrupts
+from bench.sweep.report import render as render_report
+from bench.sweep.rundir import check_new_run_dir, check_resume, resume_command
+from bench.sweep.runlock import run_folder_lock
+from bench.sweep.signals import interrupts
 from results.files import read_results
 
 
@@ -303,7 +303,7 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], args) -> int:
             raise UsageError(f"--resume {run_dir}: no such folder")
         if read_plan(run_dir) is None:
             check_resume(cfg, run_dir, getattr(args, "force", False))  # one line before the lock makes anything
-        with run_folder_lock(run_dir, "--resume"):  # one writer per run folder (bench.runlock)
+        with run_folder_lock(run_dir, "--resume"):  # one writer per run folder (bench.sweep.runlock)
             return _resume_sharded(cfg, cases, args, run_dir, labels, argv)
     run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
     option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"

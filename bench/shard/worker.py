@@ -1,7 +1,7 @@
 """A sweep in worker processes, so that a kernel that faults the GPU cannot take it down (docs/DESIGN.md §5,
 §10).
 
-A sticky CUDA error (an illegal memory access, a device-side assert: bench.faults) leaves the process's
+A sticky CUDA error (an illegal memory access, a device-side assert: bench.case.faults) leaves the process's
 CUDA context unusable. The worker — `python -m bench run ... --worker`, the normal single-device runner —
 records the faulting case `failed` with the error, writes its results and exits `EXIT_CONTEXT_LOST`; a
 fresh worker then continues the same folder with `--resume` (recorded cases kept, the rest run). Nothing
@@ -12,7 +12,7 @@ printing to this terminal) and every worker of a sharded run (bench.shard.local:
 restarted into its own shard folder). A worker is started again only when it recorded a case since it
 started, so a run cannot loop.
 
-One writer per folder (bench.runlock): a one-device run's parent holds the run folder's lock for the
+One writer per folder (bench.sweep.runlock): a one-device run's parent holds the run folder's lock for the
 whole run and each of its workers inherits the locked descriptor (`--lock-fd`); a shard's worker locks
 its own shard folder, while the sharded run's parent holds the run folder's.
 """
@@ -95,7 +95,7 @@ class WorkerProcess:
 def worker_command(cfg, args, run_dir: Path, lock_fd: int) -> list[str]:
     """`python -m bench run` of the same cases as `args` into `run_dir`, as a worker (no report, no
     closing lines: the process that started it draws and prints those) holding the lock `lock_fd` its
-    parent holds on the folder (bench.runlock.inherited_lock)."""
+    parent holds on the folder (bench.sweep.runlock.inherited_lock)."""
     cmd = [sys.executable, "-m", "bench", "run", str(cfg.path), "--resume" if args.resume else "--out", str(run_dir)]
     for flag, value in (
         ("--only", args.only),

@@ -155,9 +155,7 @@ class GDPAForwardSm90(FlashAttentionForwardSm90):
         *,
         activation: Activation,
         is_causal: bool,
-        pack_gqa: bool,
-        tile_m: int,
-        tile_n: int,
+        cfg,  # launch.ForwardConfig: the tiles and pack_gqa
     ):
         super().__init__(
             dtype,
@@ -166,9 +164,9 @@ class GDPAForwardSm90(FlashAttentionForwardSm90):
             qhead_per_kvhead,
             is_causal=is_causal,
             is_local=False,
-            pack_gqa=pack_gqa,
-            tile_m=tile_m,
-            tile_n=tile_n,
+            pack_gqa=cfg.pack_gqa,
+            tile_m=cfg.tile_m,
+            tile_n=cfg.tile_n,
             num_stages=2,
             num_threads=384,
             Q_in_regs=False,

@@ -64,6 +64,13 @@ def forward_config(
     return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH, banded, int(persistent_ctas))
 
 
+def _fake_varlen(b1, banded: bool) -> tuple:
+    """The varlen operands of a compile: cu_seqlens_q, cu_seqlens_k ([B+1]) and, over one length band,
+    seqused_q, seqused_k (else None)."""
+    used = (fake_i32_vector(cute.sym_int()), fake_i32_vector(cute.sym_int())) if banded else (None, None)
+    return (fake_i32_vector(b1), fake_i32_vector(b1), *used)
+
+
 def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal: bool, cfg: ForwardConfig):
     act = activations.build(activation, DEVICE_OPS)
     sym = cute.sym_int
@@ -72,23 +79,12 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
     div = 128 // dtype.width
     q, o = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
     k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
-    cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
-    used_q, used_k = (fake_i32_vector(sym()), fake_i32_vector(sym())) if cfg.banded else (None, None)
     qk_scale = make_fake_tensor(Float32, (h,), divisibility=1)
     cu_blocks = fake_i32_vector(b1) if cfg.scheduler_hint else None
     kernel_cls, scheduler = GDPAForwardSm90, None
     if cfg.persistent_ctas:
         kernel_cls, scheduler = GDPAForwardSm90Persistent, persistent_scheduler(cfg.persistent_ctas)
-    kernel = kernel_cls(
-        dtype,
-        head_dim,
-        groups,
-        activation=act,
-        is_causal=causal,
-        pack_gqa=cfg.pack_gqa,
-        tile_m=cfg.tile_m,
-        tile_n=cfg.tile_n,
-    )
+    kernel = kernel_cls(dtype, head_dim, groups, activation=act, is_causal=causal, cfg=cfg)
     with scores_object(act, scheduler):
         return cute.compile(
             kernel,
@@ -98,10 +94,7 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
             o,
             None,
             Float32(1.0),
-            cu_q,
-            cu_k,
-            used_q,
-            used_k,
+            *_fake_varlen(b1, cfg.banded),
             None,
             None,
             None,
@@ -253,8 +246,6 @@ def _compile_backward(
         dk, dv = (make_fake_tensor(Float32, (h_kv, k_accum), divisibility=4) for _ in range(2))
     else:
         dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
-    cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
-    used_q, used_k = (fake_i32_vector(sym()), fake_i32_vector(sym())) if banded else (None, None)
     kernel = GDPABackwardSm90(
         dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
     )
@@ -270,10 +261,7 @@ def _compile_backward(
         dk,
         dv,
         Float32(1.0),
-        cu_q,
-        cu_k,
-        used_q,
-        used_k,
+        *_fake_varlen(b1, banded),
         None,
         None,
         None,
