@@ -276,7 +276,7 @@ def _load_plugin(ep) -> None:
             raise TypeError(f"{ep.value} is {type(target).__name__}, not a module or a Provider subclass")
         taken = [n for n, cls in before.items() if _REGISTRY.get(n) is not cls]
         if taken:
-            owner = sources_before.get(taken[0]) or ProviderSource(CODE, before[taken[0]].__module__)
+            owner = _source_of(taken[0], before[taken[0]], sources_before)
             raise ValueError(
                 f"it registers {taken[0]!r}, a name already taken ({owner.describe()}); give its provider another name"
             )
@@ -322,8 +322,12 @@ def provider_source(name: str, cls: type[Provider] | None = None) -> ProviderSou
     """Where provider `name` came from (a module imported before the registry loaded, as tests do, is
     recognised by its module)."""
     cls = cls or provider_class(name)
-    src = _SOURCES.get(name)
-    if src is not None and _REGISTRY.get(name, cls) is cls:
+    return _source_of(name, cls, _SOURCES) if _REGISTRY.get(name, cls) is cls else _source_of(name, cls, {})
+
+
+def _source_of(name: str, cls: type[Provider], sources: dict[str, ProviderSource]) -> ProviderSource:
+    src = sources.get(name)
+    if src is not None:
         return src
     module = cls.__module__
     if module in PROVIDER_MODULES:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.cli import main
+from bench.cli.parser import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
@@ -21,7 +21,7 @@ SMOKE = ROOT / "configs" / "smoke.yaml"
 HEAVY = ("torch", "triton", "matplotlib")
 PROBE = """
 import json, sys
-from bench.cli import main
+from bench.cli.parser import main
 try:
     rc = main(sys.argv[1:])
 except SystemExit as e:

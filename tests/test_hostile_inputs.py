@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import copy
 import errno
+import io
 import json
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pandas as pd
 import pytest
 from test_bad_inputs import BASE, DIR, Bad, _check, _run_here, cfg_set, empirical, results
 
-from bench.cli import main
+from bench.cli.parser import main
 from bench.config import load_config
 
 BOM = "\ufeff"
@@ -205,6 +206,7 @@ def test_a_disk_that_fills_during_the_report_leaves_the_run_folder_as_it_was(vic
         return real_open(file, mode, *a, **k)
 
     monkeypatch.setattr(builtins, "open", full)
+    monkeypatch.setattr(io, "open", full)  # pathlib's write_bytes (the palette PNGs) opens through io.open
     capsys.readouterr()
     assert main(["report", str(cpu_run)]) == 2
     line = _only_line(capsys)
