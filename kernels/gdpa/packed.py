@@ -11,6 +11,10 @@ Limits (`unsupported`): cross-attention (queries and keys with their own offsets
 sequence fits a pack, i.e. max_seq_len_q and max_seq_len_kv <= PACK_ROWS. Everything else the op accepts
 runs: every activation, alpha (any sign) and qk_scale, causal, GQA, head dims 16–128, fp16/bf16/fp32,
 zero-length sequences.
+
+One difference from the Triton kernels' masked loads: a pack's sequences share its GEMMs, so a NaN or inf
+in one sequence's inputs (V forward; Q, K, dO backward) reaches the other sequences of its pack through the
+mask's zeros (0 · NaN). Finite values never do: the zeros are exact.
 """
 
 from __future__ import annotations

@@ -35,8 +35,6 @@ def _bwd_unit(
     DK,
     DV,
     Plan,
-    q_offsets,
-    kv_offsets,
     p,
     hk,
     max_packs,
@@ -66,7 +64,7 @@ def _bwd_unit(
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    q0, k0, q_lo, q_hi, k_lo, k_hi = load_pack(Plan, q_offsets, kv_offsets, p, max_packs, MAXSEQ)
+    q0, k0, q_lo, q_hi, k_lo, k_hi = load_pack(Plan, p, max_packs, MAXSEQ)
     n_q = tl.max(q_hi, axis=0)
     n_k = tl.max(k_hi, axis=0)
     offs_n = tl.arange(0, PACK)
@@ -124,8 +122,6 @@ def packed_bwd_kernel(
     DV,
     Plan,
     Counter,
-    q_offsets,
-    kv_offsets,
     max_packs,
     stride_qm,
     stride_qh,
@@ -171,8 +167,6 @@ def packed_bwd_kernel(
             DK,
             DV,
             Plan,
-            q_offsets,
-            kv_offsets,
             u // HKV,
             u % HKV,
             max_packs,
@@ -261,8 +255,6 @@ def backward(call: GDPACall, do: torch.Tensor, plan: PackPlan, out, record=None,
         DV=dv,
         Plan=plan.buffer,
         Counter=plan.counter,
-        q_offsets=call.q_offsets,
-        kv_offsets=call.kv_offsets,
         max_packs=plan.max_packs,
         stride_qm=q.stride(0),
         stride_qh=q.stride(1),

@@ -1,15 +1,15 @@
 """Packed GDPA forward: the sequences of a pack plan (packed_plan.py) as block-diagonal tiles.
 
-A unit of work is (pack, head, query sub-tile of BLOCK_M rows). Its rows are gathered through the pack's
-member slots (a sequence's rows are contiguous in the batch, a pack's need not be); its key loop runs only
-the BLOCK_N blocks of the pack that hold keys of the sequences its rows belong to (causal: up to its last
-row), and the mask keeps a score only where query and key belong to one sequence. As in fwd.py there is
-no running max: each key block's contribution is final. Every query row of a packed sequence is written
-exactly once (zeros where it has no keys); rows of other sequences are never touched.
+A unit of work is (pack, head, query sub-tile of BLOCK_M rows). A pack's rows are one block of the batch
+on each side, so the loads are fwd.py's; each query row knows the key rows [k_start, k_end) of its own
+sequence (computed once per unit), the mask keeps a score only inside that range (causal: also left of the
+diagonal), and the key loop runs only the BLOCK_N blocks that some row of the sub-tile needs. As in fwd.py
+there is no running max: each key block's contribution is final. Every query row of a packed sequence is
+written exactly once (zeros where it has no keys); rows of other sequences are never touched.
 
 The grid is persistent: a few programs per SM take units from a counter (one atomic per unit, issued
 before the unit's work so its latency hides), so the launch costs no empty programs for the packs the
-host cannot count and each program pays its prologue once.
+host cannot count, and it fills the SMs whatever occupancy the autotuned config reaches.
 """
 
 import torch
@@ -29,8 +29,6 @@ def _fwd_unit(
     V,
     Out,
     Plan,
-    q_offsets,
-    kv_offsets,
     p,
     h,
     sub,
@@ -55,7 +53,7 @@ def _fwd_unit(
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    q0, k0, q_lo, q_hi, k_lo, k_hi = load_pack(Plan, q_offsets, kv_offsets, p, max_packs, MAXSEQ)
+    q0, k0, q_lo, q_hi, k_lo, k_hi = load_pack(Plan, p, max_packs, MAXSEQ)
     n_q = tl.max(q_hi, axis=0)
     n_k = tl.max(k_hi, axis=0)
     m0 = sub * BLOCK_M
@@ -97,8 +95,6 @@ def packed_fwd_kernel(
     Out,
     Plan,
     Counter,
-    q_offsets,
-    kv_offsets,
     max_packs,
     stride_qm,
     stride_qh,
@@ -138,8 +134,6 @@ def packed_fwd_kernel(
             V,
             Out,
             Plan,
-            q_offsets,
-            kv_offsets,
             u // (SUBS * H),
             (u // SUBS) % H,
             u % SUBS,
@@ -255,8 +249,6 @@ def forward(call: GDPACall, plan: PackPlan, out: torch.Tensor, record=None, name
         Out=out,
         Plan=plan.buffer,
         Counter=plan.counter,
-        q_offsets=call.q_offsets,
-        kv_offsets=call.kv_offsets,
         max_packs=plan.max_packs,
         stride_qm=q.stride(0),
         stride_qh=q.stride(1),

@@ -13,17 +13,20 @@ docs/experiments/packed_compile.py.)
 The plan is built by one single-program launch per call, nothing read back (no host sync). Greedy next-fit
 (walk the batch in order; a sequence outside the band, a full pack or MAXSEQ positions close the open pack)
 is sequential; its parallel form here splits the batch into chunks of CHUNK consecutive sequences, walks
-all chunks at once (one lane each, CHUNK unrolled steps whose offset loads do not depend on the walk, so
-they issue ahead), and never lets a pack span a chunk: at most one extra, part-filled pack per chunk (519
-packs vs 517 for the exact sequential walk on the production log-normal batch: docs/experiments/
-packed_area.py). A prefix sum over the lanes numbers the packs; the walk runs twice (count, then write) so
-nothing is stored and re-read within the launch. Cost, estimated, not measured: B = 1152 is one block of
-32 lanes in one warp, ~2 × 64 steps of ~20 instructions and ~130 independent L2 loads: a few µs, plus the
-launch; a batch of B sequences takes ceil(B / (CHUNK · 128)) blocks of up to 128 lanes.
+all chunks at once (one lane each; a rolled loop whose step prefetches the next step's offsets — unrolled,
+the compile took 69 s at CHUNK = 16 and grew faster than the chunk), and never lets a pack span a chunk: at
+most one extra, part-filled pack per chunk (519 packs vs 517 for the exact sequential walk on the
+production log-normal batch: docs/experiments/packed_area.py). A prefix sum over the lanes numbers the
+packs; the walk runs twice (count, then write) so nothing is stored and re-read within the launch. Cost,
+estimated, not measured: B = 1152 is one block of 32 lanes in one warp, 2 × 64 steps of ~30 dependent
+instructions (~2k cycles a walk) plus a few L2 misses per lane (its offsets span 2–3 cache lines; later
+steps hit L1): ~3–5 µs with the launch; B sequences take ceil(B / (CHUNK · 128)) blocks of up to 128 lanes.
 
 Plan buffer (int32, one tensor): [0] the number of packs, [1] the kernels' work counter (zeroed here, taken
-by atomics), then `first[max_packs]` (the pack's first batch sequence) and `count[max_packs]` (its batch
-positions; sequences with no rows on either side ride along without opening a pack).
+by atomics), then per pack `first` (its first batch sequence), `count` (its batch positions; a sequence
+with no rows on either side rides along without opening a pack), `q0` and `k0` (its first query and key
+rows), then per pack and position its sequence's query rows `[q_lo, q_hi)` and key rows `[k_lo, k_hi)`
+relative to q0 and k0, four `[max_packs, MAXSEQ]` arrays.
 """
 
 from __future__ import annotations
@@ -64,13 +67,21 @@ def _walk(
     ok = first < n_seqs
     q0 = tl.load(q_offsets + first, mask=ok, other=0)
     k0 = tl.load(kv_offsets + first, mask=ok, other=0)
+    q_next = tl.load(q_offsets + first + 1, mask=ok, other=0)
+    k_next = tl.load(kv_offsets + first + 1, mask=ok, other=0)
     starts = Plan + _HEADER
-    counts = Plan + _HEADER + max_packs
-    for i in tl.static_range(CHUNK):
+    counts = starts + max_packs
+    q_first = counts + max_packs
+    k_first = q_first + max_packs
+    slots = k_first + max_packs
+    stride = max_packs * MAXSEQ
+    for i in range(CHUNK):
         b = first + i
         ok = b < n_seqs
-        q1 = tl.load(q_offsets + b + 1, mask=ok, other=0)
-        k1 = tl.load(kv_offsets + b + 1, mask=ok, other=0)
+        q1, k1 = q_next, k_next
+        # one step ahead: the next offsets arrive (from L1, after a lane's first line) while this step runs
+        q_next = tl.load(q_offsets + b + 2, mask=b + 1 < n_seqs, other=0)
+        k_next = tl.load(kv_offsets + b + 2, mask=b + 1 < n_seqs, other=0)
         lq = q1 - q0
         lk = k1 - k0
         key = tl.minimum(lq, lk)
@@ -87,7 +98,16 @@ def _walk(
         opens = join & (held == 0)
         npk += opens.to(tl.int32)
         if WRITE:
-            tl.store(starts + base + npk - 1, b, mask=opens)
+            p = base + npk - 1
+            tl.store(starts + p, b, mask=opens)
+            tl.store(q_first + p, q0, mask=opens)
+            tl.store(k_first + p, k0, mask=opens)
+            # the sequence's rows in its pack, so that a program finds its pack in one load latency
+            at = slots + p * MAXSEQ + held
+            tl.store(at, fill_q, mask=join)
+            tl.store(at + stride, fill_q + lq, mask=join)
+            tl.store(at + 2 * stride, fill_k, mask=join)
+            tl.store(at + 3 * stride, fill_k + lk, mask=join)
         fill_q = tl.where(join, fill_q + lq, fill_q)
         fill_k = tl.where(join, fill_k + lk, fill_k)
         held = tl.where(join, held + 1, held)
@@ -126,24 +146,22 @@ def pack_plan_kernel(
 
 
 @triton.jit
-def load_pack(Plan, q_offsets, kv_offsets, p, max_packs, MAXSEQ: tl.constexpr):
+def load_pack(Plan, p, max_packs, MAXSEQ: tl.constexpr):
     """Pack `p` as (q0, k0): its first query and key rows in the batch (int64), and [MAXSEQ] vectors of
-    its sequences' query and key row ranges relative to them (q_lo, q_hi, k_lo, k_hi; empty past the pack)."""
+    its sequences' query and key rows relative to them (q_lo, q_hi, k_lo, k_hi; empty past the pack). No
+    address waits for another load: the slots past the count hold stale values until masked."""
     j = tl.arange(0, MAXSEQ)
-    first = tl.load(Plan + _HEADER + p)
-    count = tl.load(Plan + _HEADER + max_packs + p)
+    starts = Plan + _HEADER
+    count = tl.load(starts + max_packs + p)
+    q0 = tl.load(starts + 2 * max_packs + p)
+    k0 = tl.load(starts + 3 * max_packs + p)
+    at = starts + 4 * max_packs + p * MAXSEQ + j
+    stride = max_packs * MAXSEQ
     used = j < count
-    at = first + j
-    q_lo = tl.load(q_offsets + at, mask=used, other=0)
-    q_hi = tl.load(q_offsets + at + 1, mask=used, other=0)
-    k_lo = tl.load(kv_offsets + at, mask=used, other=0)
-    k_hi = tl.load(kv_offsets + at + 1, mask=used, other=0)
-    q0 = tl.sum(tl.where(j == 0, q_lo, 0), axis=0)
-    k0 = tl.sum(tl.where(j == 0, k_lo, 0), axis=0)
-    q_lo = tl.where(used, q_lo - q0, 0)
-    q_hi = tl.where(used, q_hi - q0, 0)
-    k_lo = tl.where(used, k_lo - k0, 0)
-    k_hi = tl.where(used, k_hi - k0, 0)
+    q_lo = tl.where(used, tl.load(at), 0)
+    q_hi = tl.where(used, tl.load(at + stride), 0)
+    k_lo = tl.where(used, tl.load(at + 2 * stride), 0)
+    k_hi = tl.where(used, tl.load(at + 3 * stride), 0)
     return q0.to(tl.int64), k0.to(tl.int64), q_lo, q_hi, k_lo, k_hi
 
 
@@ -176,7 +194,7 @@ def build(q_offsets: torch.Tensor, kv_offsets: torch.Tensor, band: Band, pack: i
     """Enqueue the plan of the sequences in `band` that fit `pack` rows on both sides (one launch)."""
     n_seqs = q_offsets.shape[0] - 1
     max_packs = max(n_seqs, 1)  # every pack holds a sequence; the kernels read the true count
-    buffer = torch.empty(HEADER + 2 * max_packs, dtype=torch.int32, device=q_offsets.device)
+    buffer = torch.empty(HEADER + max_packs * (4 + 4 * MAXSEQ), dtype=torch.int32, device=q_offsets.device)
     lanes = min(128, max(16, triton.next_power_of_2(triton.cdiv(max(n_seqs, 1), CHUNK))))
     pack_plan_kernel[(1,)](
         q_offsets,
