@@ -294,3 +294,24 @@ def test_gpu_bf16_production_lognormal_short_band(max_len):
     for name in ("packed_fwd [0, 128)", "packed_bwd [0, 128)"):
         entry = record[name]
         assert entry["source"] == "autotuned" and entry["n_regs"] > 0 and entry["n_spills"] >= 0, record
+
+
+@pytest.mark.gpu
+def test_gpu_packed_call_never_syncs(one_config):
+    """After the first call, the plan launch and the packed kernels run under CUDA's sync debug mode set to
+    raise on any synchronizing call (the plan's pack count stays on the device)."""
+    b = make_batch([1, 0, 127, 300, 40, 60], [1, 0, 127, 300, 40, 60], H=4, Hkv=2, D=128, dtype=torch.bfloat16,
+                   device="cuda", seed=2).with_grad()  # fmt: skip
+
+    def call():
+        out = gdpa(b.q, b.k, b.v, b.q_offsets, b.q_offsets, b.max_q, b.max_kv, options=one_config, record={})
+        return torch.autograd.grad(out, (b.q, b.k, b.v), b.dout)
+
+    call()
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)

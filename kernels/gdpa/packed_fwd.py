@@ -12,6 +12,8 @@ before the unit's work so its latency hides), so the launch costs no empty progr
 host cannot count, and it fills the SMs whatever occupancy the autotuned config reaches.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -203,20 +205,16 @@ def sm_count(device: torch.device) -> int:
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
-_SMS: dict = {}
-
-
+@functools.cache
 def _sm_count(index: int) -> int:
-    if index not in _SMS:
-        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SMS[index]
+    return torch.cuda.get_device_properties(index).multi_processor_count  # a host query, no sync
 
 
 def run(plain, tuned, args: dict, units, per_sm: int, device, record, name: str, interpreter_tiles, config):
     """Launch a persistent packed kernel: pinned `interpreter_tiles` on the CPU, else the autotuner.
     `units(meta)` bounds its units from the host (the programs read the true count); `config(tiles)` spells
     a tile tuple as the kernel's meta-parameters. With `record`, record[name] says what ran (launch.run's
-    fields, plus the plan's bound on packs)."""
+    fields: tiles, where they came from, grid, and on a GPU registers, spills, shared memory)."""
     interpreter = device.type != "cuda"
     cap = 2 if interpreter else sm_count(device) * per_sm  # two programs: the interpreter runs the counter path
     grid = lambda meta: (max(1, min(units(meta), cap)),)
