@@ -44,6 +44,13 @@ class BackendRow:
 # Measured on one H200 (kernels/gdpa/PERF.md, "Jagged batches"): see there for every band's figures.
 TABLE: tuple[BackendRow, ...] = (
     BackendRow(
+        name="packed",
+        module="kernels.gdpa.packed",
+        description="short sequences several to a block-diagonal tile (kernels/gdpa/packed.py), the rest on Triton",
+        prefer={"fwd": (Band(0, 128),), "bwd": (Band(0, 128),)},
+        source="predicted, not yet measured: kernels/gdpa/PERF.md, packed short sequences",
+    ),
+    BackendRow(
         name="hopper",
         module="kernels.gdpa.hopper",
         description="FA4's warp-specialized sm90 kernels with the GDPA pointwise (kernels/gdpa/hopper)",
@@ -62,7 +69,7 @@ TABLE: tuple[BackendRow, ...] = (
 # Measured on one H200 with the persistent Hopper forward (PERF.md "The persistent Hopper forward"): the best
 # split moves with the length distribution — 512 on log-normal max 2048, 1024 on max 4096 (12% ahead of 512
 # there), Hopper alone on short KV and uniform batches — which no host-known fact tells apart.
-SPLITS = {"fwd": (256, 512, 1024)}
+SPLITS = {"fwd": ("triton", "hopper", (256, 512, 1024))}  # pass -> (backend below, backend from the edge up, edges)
 ROWS = {row.name: row for row in TABLE}
 FALLBACK = TABLE[-1].name
 NAMES = tuple(ROWS)
