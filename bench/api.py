@@ -56,6 +56,7 @@ def run(
     use_interpreter_without_gpu()  # before any kernel module is imported
     from bench.config import default_run_dir, load_config
     from bench.device import check_device_option, resolve_device
+    from bench.environments import refuse_in_process
     from bench.errors import UsageError
     from bench.resources import check_run_fits
     from bench.rundir import check_new_run_dir, check_resume, folder_option
@@ -72,6 +73,7 @@ def run(
             folder_option(value, name)
     cfg = load_config(config)
     cases = select_cases(cfg, only, providers)
+    refuse_in_process(cases, "bench.run (it runs every case in this process)")
     kind, index = cfg.model.device, None
     if isinstance(device, str):
         kind = device

@@ -27,6 +27,7 @@ from bench.bands import case_bands
 from bench.config import default_run_dir
 from bench.counters import collect, find_ncu
 from bench.device import check_device_option, resolve_device
+from bench.environments import refuse_in_process
 from bench.errors import UsageError
 from bench.faults import is_sticky_cuda_error
 from bench.profiling_config import Bands, Counters
@@ -56,6 +57,7 @@ def _run_dir(a) -> Path | None:
 
 def profile(cfg, a) -> int:
     cases = select_cases(cfg, a.only, a.providers)
+    refuse_in_process(cases, "profile (its cases run in the harness's own environment)")
     if a.bands:
         return profile_bands(cfg, cases, a)
     if a.band_edges is not None:

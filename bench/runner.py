@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from bench import env as envmod
+from bench import environments
 from bench.calibrate import calibrate_copy, calibrate_gemm
 from bench.case_power import CasePower
 from bench.case_profiling import CaseProfiling
@@ -36,12 +37,16 @@ from bench.progress import Progress, format_rate
 from bench.resources import Shape, batch_need, case_need, free_bytes, skip_reason
 from bench.signals import interrupts
 from bench.timing import Samples, sync_for, time_call
+from bench.watchdog import RECORDED
 from kernels.registry import Provider, get_provider
 from results.files import ResultsWriteError, ResultsWriter, atomic_write, read_results
 from results.power_csv import append_timeline, power_csv_text, read_power_text
 from results.record import new_case_record, timing_fields
 from support.text import one_line
 from workloads import length_stats
+
+# meta fields a provider's own environment has its own values of (bench.environments)
+SOFTWARE = ("python", "torch", "triton", "flash_attn", "cuda", "cudnn")
 
 
 def _free(device: torch.device) -> None:
@@ -60,8 +65,12 @@ class Runner:
         resume: bool = False,
         progress: bool = True,
         log=print,
+        phase=None,
+        environment: dict | None = None,
     ):
         self.cfg, self.run_dir, self.device, self.log = cfg, Path(run_dir), device, log
+        # tells the parent which case runs and in which phase (bench.watchdog); nothing in one process
+        self.phase = phase or (lambda case_id, phase: None)
         self.settings = cfg.model  # the validated config's fields (timing, power, correctness, hardware)
         self.show_progress = progress
         self.resume = resume
@@ -69,7 +78,12 @@ class Runner:
         self._availability: dict[str, str | None] = {}
         self.monitor = None
         existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
-        self.writer = ResultsWriter(self.run_dir, self.meta(), existing)
+        meta = self.meta()
+        if environment is not None and existing is not None:
+            # a provider's own environment (bench.environments): its versions are its cases' (`environment`),
+            # not the run's, which the harness's own worker recorded
+            meta = {k: v for k, v in meta.items() if k not in SOFTWARE}
+        self.writer = ResultsWriter(self.run_dir, meta, existing)
         self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
         self.profiling = CaseProfiling(self.settings, device, self.time)  # the views after the samples (§5)
         self.progress = Progress(0, False, log)
@@ -102,7 +116,7 @@ class Runner:
             "calibration": None,
             "baseline_provider": self.settings.baseline,
             "monitor": None,
-            "providers": {label: {"name": s.name, "options": s.options} for label, s in self.cfg.providers.items()},
+            "providers": {label: provider_meta(s) for label, s in self.cfg.providers.items()},
             "timing": self.settings.timing.model_dump(),
             "correctness": self.settings.correctness.model_dump(),
             "power_config": self.settings.power.model_dump(),
@@ -176,6 +190,7 @@ class Runner:
                 raise
             except BaseException as exc:  # SystemExit included: a provider never ends the sweep
                 self._availability[case.label] = f"availability check failed: {one_line(exc)}"
+                self._log_traceback(f"{case.id} (availability of {case.label})")
         return self._availability[case.label]
 
     def blank_record(self, case: Case, wstats: dict, flops: float) -> dict:
@@ -190,7 +205,8 @@ class Runner:
             pass
         gpu = (self.device.index or 0) if self.device.type == "cuda" else None
         return new_case_record(
-            **case.identity_fields(semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu"))
+            **case.identity_fields(semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu")),
+            environment=environments.record(case.provider.environment),
         )
 
     def time(self, fn) -> Samples:
@@ -208,6 +224,7 @@ class Runner:
         spec = case.spec
         fn = None
         try:
+            self.phase(case.id, "setup")
             reason = self.availability(case)
             if reason is None:
                 try:
@@ -223,6 +240,7 @@ class Runner:
             provider = self.provider(case)
             if self.settings.correctness.enabled:
                 c = self.settings.correctness
+                self.phase(case.id, "gate")
                 rec["correctness"] = correctness(
                     provider, batch, spec, case.mode, c.tolerance, c.max_check_seqs, case.workload.seed
                 )
@@ -235,21 +253,26 @@ class Runner:
                         f"{c.tolerance:g} ({rec['correctness']['per_tensor']})",
                     )
                     return rec
+            self.phase(case.id, "compile")
             fn = provider.build(batch, spec, case.mode)
             fn()  # compile / autotune / allocate outside the timed region
             sync_for(self.device)()
             rec["kernel_config"] = provider.kernel_configs()
+            self.phase(case.id, "power")
             self.power.before_samples(case, rec, fn, flops)
             meta = self.writer.meta
             peak = (meta.get("peak_tflops") or {}).get(case.workload.dtype)
             mark = self.power.mark()
+            self.phase(case.id, "samples")
             samples = self.time(fn)
             rec.update(
                 timing_fields(samples, flops, peak, meta.get("measured_gemm_tflops")),
                 sm_clock_mhz=self.power.clock_since(mark),
                 status="ok",
             )
+            self.phase(case.id, "power")
             self.power.after_samples(case, rec, fn, flops)
+            self.phase(case.id, "views")
             self.profiling.after_samples(case, rec, fn, provider, batch)
         except torch.cuda.OutOfMemoryError as exc:
             rec.update(status="failed", error=f"out of memory: {one_line(exc)}", times_ms=[])
@@ -305,14 +328,17 @@ class Runner:
         )
         return q_len, kv_len, wstats
 
-    def run(self, cases: list[Case]) -> dict:
-        """Run the cases not yet recorded; {status: count}. Ctrl-C/SIGTERM end it with `interrupted`; an
-        error of the harness itself is re-raised after results.json records it (`harness_error`,
-        `interrupted: true`), so such a run never looks complete."""
+    def run(self, cases: list[Case], hung: list[dict] | None = None) -> dict:
+        """Run the cases not yet recorded; {status: count}. `hung`: cases a worker before this one was killed
+        for (bench.watchdog: `id`, `error`, `wall_s`), recorded `failed` first. Ctrl-C/SIGTERM end it with
+        `interrupted`; an error of the harness itself is re-raised after results.json records it
+        (`harness_error`, `interrupted: true`), so such a run never looks complete."""
+        for h in hung or ():
+            self.record_hung(cases, h)
         done = self.writer.done_ids()
         todo = [c for c in cases if c.id not in done]
         self.progress = Progress(len(todo), self.show_progress, self.log)
-        if done:
+        if len(todo) < len(cases):
             self.say(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
         counts: dict[str, int] = {}
         crash: BaseException | None = None
@@ -341,6 +367,18 @@ class Runner:
             raise crash
         return counts
 
+    def record_hung(self, cases: list[Case], hung: dict) -> None:
+        """The case the watchdog ended the previous worker for, `failed` with why (once: a case that was
+        recorded meanwhile keeps its record)."""
+        case = next((c for c in cases if c.id == hung["id"]), None)
+        if case is None or case.id in self.writer.done_ids():
+            return
+        q_len, kv_len, wstats = self.build_workload(case.workload)
+        rec = self.blank_record(case, wstats, case.workload.flops(case.mode, (q_len, kv_len)))
+        rec.update(status="failed", error=hung["error"], times_ms=[], wall_s=hung["wall_s"])
+        self.writer.add_case(rec)
+        self.say(case_line(rec))
+
     def _finish(self, crash: BaseException | None) -> None:
         try:
             if self.monitor:
@@ -358,6 +396,7 @@ class Runner:
         self._write_parquet()
 
     def _run_workload(self, w: Workload, group: list[Case], counts: dict[str, int]) -> None:
+        self.phase(group[0].id, "batch")  # the first case's life begins with its batch (bench.watchdog)
         q_len, kv_len, wstats = self.build_workload(w)
         batch, build_error = None, None
         too_big = skip_reason(batch_need(Shape.of(w, q_len, kv_len)), free_bytes(self.device), self.device, "its batch")
@@ -379,6 +418,7 @@ class Runner:
             if self.monitor:
                 self.monitor.end_case()
             self.writer.add_case(rec)
+            self.phase(case.id, RECORDED)
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
             self.progress.finished(case_line(rec), counts)
             if self.context_lost is not None:
@@ -401,6 +441,12 @@ class Runner:
             self.writer.write_parquet()
         except Exception as exc:  # results.json and .csv are written; a missing parquet loses nothing
             self.say(f"results.parquet not written: {one_line(exc)}")
+
+
+def provider_meta(spec) -> dict:
+    """A labelled provider in results.json `meta.providers`: its name, options and environment (if its own)."""
+    own = {"environment": spec.environment} if spec.environment else {}
+    return {"name": spec.name, "options": spec.options, **own}
 
 
 def case_line(rec: dict) -> str:

@@ -58,3 +58,35 @@ class SimulatedFault(_Poisonable):
             _poisoned = True
             raise RuntimeError(f"{STICKY}\nCUDA kernel errors might be asynchronously reported at some other API call")
         return super().forward(batch, spec)
+
+
+@register
+class SimulatedHang(NaiveEager):
+    """A kernel that deadlocks: on the case whose longest sequence is `hang_at` its call never returns (in the
+    phase `hang_in`: the gate's call, or the first call after the build)."""
+
+    name = "test_sim_hang"
+    description = "naive_eager whose call sleeps forever at max length `hang_at` (tests only)"
+
+    def parse_options(self, options: dict):
+        unknown = sorted(set(options) - {"hang_at", "hang_in"})
+        if unknown:
+            raise ValueError(f"{self.name}: unknown option {unknown[0]!r}; allowed: hang_at, hang_in")
+        return {"hang_at": options.get("hang_at"), "hang_in": options.get("hang_in", "gate")}
+
+    def forward(self, batch, spec):
+        if batch.max_q == self.options["hang_at"] and self.options["hang_in"] == "gate":
+            while True:
+                time.sleep(3600)
+        return super().forward(batch, spec)
+
+    def build(self, batch, spec, mode):
+        fn = super().build(batch, spec, mode)
+        if batch.max_q != self.options["hang_at"] or self.options["hang_in"] != "compile":
+            return fn
+
+        def hang():
+            while True:
+                time.sleep(3600)
+
+        return hang
