@@ -104,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
     isolation = None if args.worker else _isolation(args, cfg, cases)
     if isolation == "process":
         legs = _legs(cfg, cases)  # each environment checked and probed, before the lock makes anything
+        if args.resume:
+            from bench.environments import pending
+            from results.files import read_results
+
+            legs = pending(legs, cases, {c["id"] for c in read_results(run_dir).get("cases", [])})
         # This process holds the folder's lock until its last worker has ended, and passes it down to each
         # worker (bench.runlock): a second run of the folder is refused, the workers are not, and no other
         # writer can slip in between a faulted worker and the fresh one. The worker checks the memory.

@@ -143,6 +143,13 @@ def for_cases(legs: list[Leg], cases) -> list[Leg]:
     return out
 
 
+def pending(legs: list[Leg], cases, done: set[str]) -> list[Leg]:
+    """`legs` without those whose cases are all recorded (a resumed run starts no worker for nothing)."""
+    todo = {c.label for c in cases if c.id not in done}
+    left = [leg for leg in legs if leg.labels is None or todo & set(leg.labels)]
+    return left or legs[:1]
+
+
 def legs(cfg, cases, timeout_s: float = PROBE_TIMEOUT_S) -> list[Leg]:
     """The workers a run of `cases` needs, each environment checked and probed; one-line UsageErrors."""
     groups = split(cases)

@@ -16,7 +16,7 @@ import yaml
 
 from bench.cli import main
 from bench.config import ConfigError, load_config
-from bench.environments import Leg, for_cases, split
+from bench.environments import Leg, for_cases, pending, split
 from bench.errors import EXIT_BAD_INPUT, UsageError
 from results.files import read_results
 
@@ -205,3 +205,8 @@ def test_legs_are_one_worker_per_environment_narrowed_per_shard(tmp_path):
     narrowed = for_cases([default, leg], [c for c in cfg.cases if c.label == "naive_eager"])
     assert narrowed == [default]  # a shard without the environment's cases starts no worker for it
     assert textwrap.dedent(leg.summary()).startswith("naive_other: a worker with /x first on PYTHONPATH")
+    # a resumed run starts no worker for an environment whose cases are all recorded
+    other = {c.id for c in cfg.cases if c.label == "naive_other"}
+    assert pending([default, leg], cfg.cases, other) == [default]
+    assert pending([default, leg], cfg.cases, {c.id for c in cfg.cases} - other) == [leg]
+    assert pending([default, leg], cfg.cases, {c.id for c in cfg.cases}) == [default]
