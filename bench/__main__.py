@@ -1,17 +1,17 @@
 """`python -m bench` and the `gdpa-bench` console script (`bench.__main__:entry`).
 
-The signal guard comes before anything heavy is imported (bench.signals.guard_startup): Ctrl-C or SIGTERM
+The signal guard comes before anything heavy is imported (bench.sweep.signals.guard_startup): Ctrl-C or SIGTERM
 during the first second — the torch import — is one line and exit 130 / 143, never a traceback.
 """
 
 import sys
 
-from bench.signals import guard_startup
+from bench.sweep.signals import guard_startup
 
 
 def entry() -> int:
     guard_startup()
-    from bench.cli import main  # noqa: PLC0415  (after the guard: this import is most of the start-up)
+    from bench.cli.parser import main  # noqa: PLC0415  (after the guard: this import is most of the start-up)
 
     return main()
 

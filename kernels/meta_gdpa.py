@@ -18,7 +18,7 @@ combination is a config error here rather than a mislabelled run. `enable_ws` ne
 (facebookexperimental/triton, `tl.async_task`; Meta's own benchmark requires it, gdpa/scripts/benchmark.py:69;
 on stock Triton its warp-specialization config keywords are dropped, :107-122): without the fork that
 label is skipped with the reason. With the fork (`fbtriton`, in the entry's own environment:
-bench.environments) its WS autotune configs pass `num_consumer_groups` / `num_buffers_warp_spec` (:361,
+bench.sweep.environments) its WS autotune configs pass `num_consumer_groups` / `num_buffers_warp_spec` (:361,
 :1849; BLOCK_N 32 is left out, "32 will cause ws hang", :368); before the first case the provider builds
 Meta's WS kernels once on a small batch (`ws_build_check`), so a fork that cannot build them for this GPU
 skips the label with what failed (the compiler's log is the traceback in the run's errors.log).

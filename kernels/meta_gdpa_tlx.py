@@ -8,7 +8,7 @@ It needs what Meta's README names for its TLX packages: a Blackwell GPU (its ker
 `gdpa_kernel_tma_ws_blackwell*`, sm100 TMA with warp specialization; Meta's tests skip below compute
 capability 10, gdpa_megakernel/tests/oss_test_utils.py:29-33) and Meta's Triton fork `fbtriton==3.6.1`
 (`triton.language.extra.tlx`), which installs as `triton`: give the entry its own environment
-(`environment: {prepend_path: [DIR]}` or `{python: ...}`, bench.environments). Off Blackwell it is skipped
+(`environment: {prepend_path: [DIR]}` or `{python: ...}`, bench.sweep.environments). Off Blackwell it is skipped
 ("needs sm100"), on stock Triton likewise ("needs Meta's Triton fork"), each with the reason.
 
 Semantics, from its source (at 2c128ab): `tlx_gdpa_megakernel(query, key, value, query_offset,

@@ -81,19 +81,7 @@ class _NaiveBase(Provider):
         return naive_gdpa
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
-        return self._fn()(
-            batch.q,
-            batch.k,
-            batch.v,
-            batch.q_offsets,
-            batch.kv_offsets,
-            batch.max_q,
-            batch.max_kv,
-            spec.activation,
-            spec.alpha,
-            spec.qk_scale,
-            spec.causal,
-        )
+        return self._fn()(*batch.call_args(), **spec.gdpa_math())
 
 
 @register

@@ -56,6 +56,10 @@ class CaseSpec:
     causal: bool = False
     softmax_scale: float | None = None  # softmax providers; None means 1/sqrt(D)
 
+    def gdpa_math(self) -> dict:
+        """activation, alpha, qk_scale, causal: the keywords of a GDPA call (kernels.gdpa.gdpa, GDPACall)."""
+        return {"activation": self.activation, "alpha": self.alpha, "qk_scale": self.qk_scale, "causal": self.causal}
+
     def resolved_softmax_scale(self, head_dim: int) -> float:
         return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(head_dim)
 
@@ -68,7 +72,7 @@ class Provider:
     # cache). The multi-GPU sharder keeps such a provider's cases on one worker, so one process pays it.
     process_setup_s: ClassVar[float] = 0.0
     # How the scores take memory, for the harness's estimate before anything is allocated
-    # (bench.resources): "tiles" (a fused kernel: O(tokens)), "padded" (B·H·maxLq·maxLk score tensors
+    # (bench.config.resources): "tiles" (a fused kernel: O(tokens)), "padded" (B·H·maxLq·maxLk score tensors
     # of the padded layout), "padded_fused" (the same, activation and mask fused by a compiler),
     # "per_sequence" (fp32, one sequence at a time; with autograd the graph keeps every sequence's).
     scores_memory: ClassVar[str] = "tiles"

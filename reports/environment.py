@@ -1,7 +1,7 @@
 """The report's environment table: what ran where (GPU, versions, clocks, git state, variables).
 
 Rows whose fields a run did not record (older runs, CPU runs) show "—"; the environment capture itself
-is bench.env (docs/DESIGN.md §12).
+is bench.sweep.env (docs/DESIGN.md §12).
 """
 
 from __future__ import annotations

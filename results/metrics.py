@@ -209,7 +209,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("monitor_overhead.overhead", "fraction", "overhead check", "with / without − 1", "what monitoring costs"),
     # Where the time goes (docs/DESIGN.md §5): the kernels of a call, Nsight Compute per kernel, the length bands
     Metric("kernels", "", "breakdown", "", "the kernels one call launches: a profiler pass after the samples "
-      "(bench.breakdown; GPU runs by default)", kind="block", optional=True),
+      "(bench.profiling.breakdown; GPU runs by default)", kind="block", optional=True),
     Metric("kernels.source", "", "breakdown", "", "cuda (CUPTI) · cpu (the CPU profiler's ops)", kind="text"),
     Metric("kernels.profiled_calls", "count", "breakdown", "", "calls profiled (after warm_ms of uncounted calls)"),
     Metric("kernels.sum_ms", "ms", "breakdown", "Σ rows.ms", "kernel time per call", shown=("kernels",),
@@ -233,8 +233,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("kernels.unattributed_ms", "ms", "breakdown", "", "GPU: device time per call no launching op claimed (~0)"),
     Metric("kernels.error", "", "breakdown", "", "null, or why there is no breakdown (the case stays ok)", kind="text",
       shown=("kernels",), header="breakdown error"),
-    Metric("counters", "", "profile", "", "Nsight Compute over one call, clocks untouched (bench.counters; config "
-      "`counters.only`, `gdpa-bench profile`)", kind="block", optional=True),
+    Metric("counters", "", "profile", "", "Nsight Compute over one call, clocks untouched (bench.profiling.counters; "
+      "config `counters.only`, `gdpa-bench profile`)", kind="block", optional=True),
     Metric("counters.status", "", "profile", "", "ok · skipped (no ncu, no counter permission, a CPU run) · failed",
       kind="text", shown=("counters",), header="ncu"),
     Metric("counters.tensor_pct", "%", "profile", "duration-weighted kernels.tensor_pct",
@@ -278,8 +278,8 @@ METRICS: tuple[Metric, ...] = (
       optional=True),
     Metric("ncu_duration_ms", "ms", "profile", "", "their total duration", optional=True),
     Metric("ncu_report", "", "profile", "", "the kept .ncu-rep file", kind="text", optional=True),
-    Metric("bands", "", "bands", "", "the batch split by min(Lq, Lk), each band timed alone (bench.bands; config "
-      "`bands.only`, `profile --bands`)", kind="block", optional=True),
+    Metric("bands", "", "bands", "", "the batch split by min(Lq, Lk), each band timed alone (bench.profiling.bands; "
+      "config `bands.only`, `profile --bands`)", kind="block", optional=True),
     Metric("bands.key", "", "bands", "", "what a sequence is banded by: min(Lq, Lk)", kind="text"),
     Metric("bands.edges", "tokens", "bands", "", "e1 < e2 < ...: the bands [0, e1), ..., [e_last, ∞)", kind="list"),
     Metric("bands.sum_ms", "ms", "bands", "Σ rows.median_ms", "the bands' medians summed (null unless every band "

@@ -93,16 +93,21 @@ def append_timeline(old: pd.DataFrame | None, new: pd.DataFrame, gpu_index: int 
     return pd.concat([old, new], ignore_index=True)
 
 
-def read_power(path: str | Path) -> pd.DataFrame | None:
-    """power.csv of a run (a run folder, its results.json or the CSV itself) as numbers, sorted by GPU
-    and time, columns `POWER_COLUMNS`. None when the file is absent; an empty frame when it is empty or
-    unreadable."""
+def power_file(path: str | Path) -> Path | None:
+    """The power.csv of a run (a run folder, its results.json or the CSV itself), or its gzip-compressed
+    power.csv.gz (how a committed example run keeps it small); None when neither exists."""
     p = Path(path)
-    if p.is_dir():
-        p = p / "power.csv"
-    elif p.suffix != ".csv":
-        p = p.parent / "power.csv"
-    if not p.exists():
+    if p.name.endswith((".csv", ".csv.gz")):
+        return p if p.exists() else None
+    folder = p if p.is_dir() else p.parent
+    return next((c for c in (folder / "power.csv", folder / "power.csv.gz") if c.exists()), None)
+
+
+def read_power(path: str | Path) -> pd.DataFrame | None:
+    """power.csv (or power.csv.gz, `power_file`) of a run as numbers, sorted by GPU and time, columns
+    `POWER_COLUMNS`. None when the file is absent; an empty frame when it is empty or unreadable."""
+    p = power_file(path)
+    if p is None:
         return None
     text_cols = ("reasons", "case_id")
     try:
@@ -112,8 +117,8 @@ def read_power(path: str | Path) -> pd.DataFrame | None:
             keep_default_na=False,
             na_values={c: [""] for c in POWER_COLUMNS if c not in text_cols},
         )
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, UnicodeDecodeError, ValueError):
-        return pd.DataFrame(columns=list(POWER_COLUMNS))
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, OSError, EOFError, UnicodeDecodeError, ValueError):
+        return pd.DataFrame(columns=list(POWER_COLUMNS))  # a truncated .gz: EOFError
     for c in POWER_COLUMNS:
         if c not in df.columns:
             df[c] = "" if c in text_cols else math.nan

@@ -58,7 +58,7 @@ def _known(x: float) -> float | None:
 
 
 class TimedSamples(Protocol):
-    """What the timer gives (bench.timing.Samples): every sample in measurement order and its quantiles."""
+    """What the timer gives (bench.case.timing.Samples): every sample in measurement order and its quantiles."""
 
     times_ms: list[float]
     median_ms: float

@@ -126,31 +126,14 @@ def timeline_clocks(path) -> dict[str, float]:
 
 
 def _row(cid: str, verdict: str, message: str, **kw: Any) -> dict:
-    row = dict(
-        id=cid,
-        verdict=verdict,
-        wall_verdict=None,
-        fails_gate=verdict in ("slower", "failed", "missing"),
-        base_status=None,
-        cur_status=None,
-        base_median_ms=None,
-        cur_median_ms=None,
-        change=None,
-        p_value=None,
-        n_base=0,
-        n_cur=0,
-        base_drift=None,
-        cur_drift=None,
-        base_drift_p=None,
-        cur_drift_p=None,
-        base_clock_mhz=None,
-        cur_clock_mhz=None,
-        clock_norm_change=None,
-        clock_source=None,
-        message=message,
-    )
-    row.update(kw)
-    return row
+    """A compare row: what the verdict sets, every other field unset (None; the sample counts 0)."""
+    fails = verdict in ("slower", "failed", "missing")
+    row = {"id": cid, "verdict": verdict, "wall_verdict": None, "fails_gate": fails}
+    row |= dict.fromkeys("base_status cur_status base_median_ms cur_median_ms change p_value".split())
+    row |= {"n_base": 0, "n_cur": 0}
+    row |= dict.fromkeys("base_drift cur_drift base_drift_p cur_drift_p base_clock_mhz cur_clock_mhz".split())
+    row |= {"clock_norm_change": None, "clock_source": None, "message": message}
+    return row | kw
 
 
 def compare_case(

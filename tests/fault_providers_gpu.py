@@ -8,7 +8,7 @@ mapping. The GPU raises an illegal memory access, a sticky error: the process's 
 `test_spin_hang` is naive_eager, except on the case whose longest sequence is its option `hang_at`: there
 it launches a one-program Triton kernel that spins on a flag nobody sets (an atomic read, so the loop
 cannot be optimized away), as a warp-specialized pipeline waits on a barrier that never arrives, and
-synchronizes: the call never returns. Only killing the process ends it (bench.watchdog).
+synchronizes: the call never returns. Only killing the process ends it (bench.case.watchdog).
 """
 
 import torch

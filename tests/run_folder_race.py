@@ -5,7 +5,7 @@
 
 The driver imports the CLI once (the torch import is most of a process start) and forks two children per
 trial that wait on one pipe and are released together, so they reach the run folder within milliseconds
-of each other; each runs `bench.cli.main(argv)` with stdout/stderr in its own file and exits with its
+of each other; each runs `bench.cli.parser.main(argv)` with stdout/stderr in its own file and exits with its
 code. The driver itself runs no torch op before forking (no OpenMP pool to inherit). With ISOLATION
 (`process`) every writer runs `--isolation process`: the sweep in a worker process that inherits its
 parent's lock (bench.shard.worker). Trial kinds, in turn:
@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet  # noqa: E402, F401  (loaded once here, not in every child: results.parquet)
 
-import bench.runner  # noqa: E402, F401  (the sweep's modules, loaded once)
-from bench.cli import main  # noqa: E402  (after the path: the checkout under test)
+import bench.sweep.runner  # noqa: E402, F401  (the sweep's modules, loaded once)
+from bench.cli.parser import main  # noqa: E402  (after the path: the checkout under test)
 
 CONFIG = {
     "name": "race",

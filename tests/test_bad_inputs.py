@@ -2,7 +2,7 @@
 or option (and what is allowed), nothing on stdout, no traceback, and nothing written.
 
 Each input runs the CLI in its own folder (the cwd): most of them in this process through
-`bench.cli.main(argv)` (the return code, stdout/stderr captured, any exception that escapes is the
+`bench.cli.parser.main(argv)` (the return code, stdout/stderr captured, any exception that escapes is the
 traceback a user would see), and the handful in `AS_PROCESS` as the real `python -m bench ...` with
 PYTHONPATH at the repository, side by side in a thread pool, to prove what the process does (its exit
 status, nothing else on stderr).
@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.cli import main
+from bench.cli.parser import main
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = min(4, (os.cpu_count() or 1) + 1)
@@ -966,7 +966,7 @@ def _run(bad: Bad, folder: Path) -> Outcome:
 
 
 def _run_here(bad: Bad, folder: Path, monkeypatch, capsys) -> Outcome:
-    """`bench.cli.main(argv)` in this process, in `folder`: an exception that escapes main is the
+    """`bench.cli.parser.main(argv)` in this process, in `folder`: an exception that escapes main is the
     traceback `python -m bench` would print."""
     _materialise(folder, bad.files)
     before = _tree(folder)
@@ -1051,7 +1051,7 @@ def test_relative_empirical_path_is_taken_from_the_config_folder(tmp_path, monke
     assert o.rc == 0, o.stderr[-2000:]
     assert "Traceback" not in o.stderr
 
-    from bench.config import load_config
+    from bench.config.models import load_config
 
     w = load_config(cfg_path).cases[0].workload
     assert w.family_params["path"] == str(tmp_path / "project" / "lengths.txt")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.cli import main
+from bench.cli.parser import main
 from results.verdicts import CompareSettings, compare_runs
 
 FIX = Path(__file__).parent / "fixtures"
@@ -548,7 +548,7 @@ def test_cpu_gate_runs_the_statistics_and_catches_a_slowed_provider(tmp_path, ca
 
 
 def test_gate_configs_time_long_enough_and_record_clocks():
-    from bench.config import load_config
+    from bench.config.models import load_config
 
     gpu = load_config(ROOT / "configs" / "ci.yaml").model
     assert gpu.timing.rep_ms >= 300 and gpu.timing.min_reps >= 5  # 100 ms windows disagreed by up to 7.4%

@@ -1,4 +1,4 @@
-"""One writer per run folder (bench.runlock, issue 25): two runs with the same --out, two --resume of one
+"""One writer per run folder (bench.sweep.runlock, issue 25): two runs with the same --out, two --resume of one
 run, or a --resume while a run writes — one of the two is refused with one line naming the holder, and the
 folder's results.json holds every case exactly once, whatever the timing (20 trials as real processes)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
-from bench.runlock import LOCK_FILE, run_folder_lock
+from bench.cli.parser import main
+from bench.sweep.runlock import LOCK_FILE, run_folder_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 20

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
-from bench.config import load_config
+from bench.cli.parser import main
+from bench.config.models import load_config
 from bench.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +173,7 @@ baseline: tunable_x2""",
     assert "s/fwd/L=8/fill=0.5/tunable_x2" in ids and "t/fwd/L=8/tunable_x3" in ids and "t/fwd/L=8/test_tunable" in ids
     case = next(c for c in cfg.cases if c.id == "t/fwd/L=8/tunable_x3")
     assert (case.label, case.provider.name, case.provider.options) == ("tunable_x3", "test_tunable", {"scale": 3})
-    from bench.selection import select_cases
+    from bench.config.selection import select_cases
 
     picked = select_cases(cfg, None, "tunable_x2,tunable_x3")
     assert {c.label for c in picked} == {"tunable_x2", "tunable_x3"}

@@ -1,5 +1,5 @@
 """docs/config-reference.md cannot drift from what a config accepts (issue 25): it is what
-`python -m bench.config_reference` generates from the models and registries, every model field is
+`python -m bench.config.reference` generates from the models and registries, every model field is
 documented (and nothing else), every example loads, and README links it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import config_reference as ref
-from bench.config import load_config
+from bench.config import reference as ref
+from bench.config.models import load_config
 from workloads import FAMILIES, PAIRINGS, check_family_params, check_pairing_params, load_lengths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ BASE = {
 
 
 def test_the_committed_reference_is_what_the_models_generate():
-    assert ref.DOC.read_text(encoding="utf-8") == ref.generate(), "regenerate: python -m bench.config_reference"
+    assert ref.DOC.read_text(encoding="utf-8") == ref.generate(), "regenerate: python -m bench.config.reference"
 
 
 def test_every_field_is_documented_and_every_entry_is_a_field():

@@ -1,4 +1,4 @@
-"""Environment capture (bench.env, in results meta and the report), and the `gdpa-bench` console script's
+"""Environment capture (bench.sweep.env, in results meta and the report), and the `gdpa-bench` console script's
 --version and `list`."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench import env
-from bench.cli import main
+from bench.cli.parser import main
 from bench.monitor import device_facts
+from bench.sweep import env
 from reports.environment import environment_table, gpus_used
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""A provider's own environment (issue 33, bench.environments), on CPU: a provider entry's cases run in a
+"""A provider's own environment (issue 33, bench.sweep.environments), on CPU: a provider entry's cases run in a
 worker started with its site folders first on PYTHONPATH (here one holding a stand-in Triton build whose
 version differs) or with another interpreter (a venv), everything else as for every case, and the record
 says which environment and which Triton ran each case; bad environments are one line, exit 2, before the
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.cli import main
-from bench.config import ConfigError, load_config
-from bench.environments import Leg, for_cases, pending, split
+from bench.cli.parser import main
+from bench.config.models import ConfigError, load_config
 from bench.errors import EXIT_BAD_INPUT, UsageError
+from bench.sweep.environments import Leg, for_cases, pending, split
 from results.files import read_results
 
 ROOT = Path(__file__).resolve().parents[1]

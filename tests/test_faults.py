@@ -1,4 +1,4 @@
-"""A kernel that faults the GPU does not take the sweep down (bench.faults, bench.shard.worker), on CPU:
+"""A kernel that faults the GPU does not take the sweep down (bench.case.faults, bench.shard.worker), on CPU:
 tests/fault_providers.py poisons its process the way a sticky CUDA error does."""
 
 import json
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
+from bench.case.faults import is_sticky_cuda_error
+from bench.cli.parser import main
 from bench.errors import EXIT_CONTEXT_LOST
-from bench.faults import is_sticky_cuda_error
 from bench.shard.worker import WorkerProcess, resume_in_place
 from results.files import ResultsWriter, read_results
 
@@ -220,7 +220,7 @@ def test_a_fault_that_surfaces_only_at_the_case_s_closing_synchronize_is_that_ca
 ):
     """CUDA reports a kernel's fault at a later call: when it is the runner's free after the case, the case
     ran "ok" but is recorded `failed` with the fault, and the sweep stops there."""
-    import bench.runner
+    import bench.sweep.runner
 
     frees = []
 
@@ -229,7 +229,7 @@ def test_a_fault_that_surfaces_only_at_the_case_s_closing_synchronize_is_that_ca
         if len(frees) == 2:  # the second case's
             raise RuntimeError("CUDA error: unspecified launch failure")
 
-    monkeypatch.setattr(bench.runner, "_free", free)
+    monkeypatch.setattr(bench.sweep.runner, "_free", free)
     cfg, run = config(tmp_path), tmp_path / "run"
     rc = main(["run", str(cfg), "--out", str(run), "--no-progress", "--no-report", "--providers", "naive_eager"])
     assert rc == EXIT_CONTEXT_LOST, capsys.readouterr().out

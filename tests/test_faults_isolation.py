@@ -1,7 +1,7 @@
 """A sweep in a worker process (bench.shard.worker) under issue 25's guards and with issue 26's views, on CPU:
-one writer per run folder (the parent holds the lock, each worker inherits it: bench.runlock), the memory
+one writer per run folder (the parent holds the lock, each worker inherits it: bench.sweep.runlock), the memory
 check where the device is (the worker), and the profiling views in the worker; a fault inside a view is
-the case's (bench.faults)."""
+the case's (bench.case.faults)."""
 
 import os
 import subprocess
@@ -13,9 +13,9 @@ import test_faults
 import yaml
 from test_faults import ROOT, check_contained, config, env
 
-from bench.cli import main
+from bench.cli.parser import main
 from bench.errors import EXIT_BAD_INPUT, EXIT_CONTEXT_LOST, UsageError
-from bench.runlock import LOCK_FILE, inherited_lock, run_folder_lock
+from bench.sweep.runlock import LOCK_FILE, inherited_lock, run_folder_lock
 from results.files import read_results
 
 fault_providers = test_faults.fault_providers  # the fixture: the test providers here and in the workers
@@ -182,16 +182,16 @@ def test_the_profiling_views_run_in_the_workers_once_per_case(tmp_path, fault_pr
 def test_a_fault_inside_a_view_is_the_case_s(tmp_path, fault_providers, monkeypatch, capsys, view):
     """A sticky CUDA error in the kernel breakdown or a length band: the case is `failed` with it and the
     sweep stops (a view's other failures only lose the view)."""
-    import bench.bands
-    import bench.case_profiling
+    import bench.profiling.bands
+    import bench.profiling.views
 
     def fault(*a, **k):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     if view == "breakdown":
-        monkeypatch.setattr(bench.case_profiling, "kernel_breakdown", fault)
+        monkeypatch.setattr(bench.profiling.views, "kernel_breakdown", fault)
     else:
-        monkeypatch.setattr(bench.bands, "make_batch", fault)
+        monkeypatch.setattr(bench.profiling.bands, "make_batch", fault)
     cfg = yaml.safe_load(config(tmp_path).read_text())
     cfg.update(VIEWS)
     path, run = tmp_path / "views.yaml", tmp_path / "run"

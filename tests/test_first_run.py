@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 import bench
-from bench import env
-from bench.cli import main
-from bench.config import load_config
+from bench.cli.parser import main
+from bench.config.models import load_config
+from bench.sweep import env
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = {

@@ -4,7 +4,9 @@ forward and backward against the fp32 reference."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,8 @@ import torch
 import kernels.gdpa.hopper as hopper
 from kernels.activations import ACTIVATION_NAMES, get_activation
 from kernels.gdpa.hopper import activations as hopper_acts
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _qkv(dtype=torch.bfloat16, d=128, h=4, hkv=4, rows=8, krows=8):
@@ -304,3 +308,62 @@ def test_scheduler_hint_batch_and_empty_inputs(poisoned):
     assert torch.equal(launch.forward(call), torch.zeros_like(empty.q))
     dq, dk, dv = launch.backward(call, empty.dout)
     assert torch.equal(dq, torch.zeros_like(dq)) and dk.numel() == dv.numel() == 0
+
+
+# ------------------------------------------------------------------------------ persistent forward, CPU
+_PERSISTENT_PTX = """
+import os, sys, pathlib
+import cutlass
+from kernels.gdpa.hopper import launch
+for ctas in (0, 132):
+    config = launch.forward_config(128, 1, 1152, True, ctas)
+    launch._compile_forward(cutlass.BFloat16, 128, 1, "fast_gelu", False, config)
+for ptx in sorted(pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).glob("*.ptx")):
+    print(("PERSISTENT " if "Persistent" in ptx.name else "GRID ") + str(ptx))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn-4 (the fa4 extra)")
+def test_persistent_forward_releases_q_only_after_the_epilogue_store(tmp_path):
+    """Cross-compiled for sm_90a (no GPU): in the persistent forward the consumers' arrive on Q's empty barrier
+    comes after the epilogue's TMA store has read O out of Q's shared memory (`cp.async.bulk.wait_group.read`),
+    and the CTA then strides by the grid size to its next tile; FA4's one-tile grid releases Q before its
+    last key block (so a second tile per CTA would see the next Q overwritten by this tile's O)."""
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _PERSISTENT_PTX], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.startswith(("PERSISTENT", "GRID")))
+
+    def after_last_store_wait(kind):
+        text = Path(found[kind]).read_text()
+        return text[text.rindex("cp.async.bulk.wait_group.read") :]
+
+    tail = after_last_store_wait("PERSISTENT")
+    assert "mbarrier.arrive.shared" in tail and "%nctaid.x" in tail.split("mbarrier.arrive.shared", 1)[1]
+    assert "mbarrier.arrive.shared" not in after_last_store_wait("GRID")
+
+
+@gpu
+@needs_hopper
+def test_persistent_forward_equals_the_one_tile_grid_and_keeps_other_bands(poisoned):
+    """The persistent grid computes what FA4's one-tile-per-CTA grid computes, bit for bit, over the whole batch
+    and over one band; a banded launch writes the band's rows only (the rest stay as they were)."""
+    from kernels.gdpa.bands import Band
+    from kernels.gdpa.hopper import launch
+
+    rng = np.random.default_rng(2)
+    lengths = np.concatenate([rng.integers(0, 130, 600), rng.integers(500, 1500, 40), [0, 1, 127, 128, 129, 512]])
+    rng.shuffle(lengths)
+    batch = _batch(lengths, lengths, 4, 4, 128, torch.bfloat16, seed=7)
+    call = _batch_call(batch, batch.max_q, batch.max_q, "fast_gelu", 0.8, 1.2, False)
+    call = call.with_tensors(kv_offsets=call.q_offsets)  # self-attention: one offsets tensor
+    for band in (Band(), Band(512), Band(0, 128), Band(1 << 20)):
+        grid = launch.forward(call, band, persistent=False)
+        persistent = launch.forward(call, band, persistent=True)
+        assert torch.equal(torch.isnan(grid), torch.isnan(persistent)), band
+        assert torch.equal(torch.nan_to_num(grid), torch.nan_to_num(persistent)), band
+        rows = torch.repeat_interleave(torch.as_tensor(lengths), torch.as_tensor(lengths)).to(grid.device)
+        inside = (rows >= band.lo) & (rows < band.hi_arg)
+        assert not torch.isnan(persistent[inside]).any() and torch.isnan(persistent[~inside]).all(), band

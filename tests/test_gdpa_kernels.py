@@ -244,7 +244,7 @@ PEER = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,L,fill,kv", PEER, ids=[p[0] for p in PEER])
 def test_gpu_bf16_peer_shapes(name, L, fill, kv):
-    from bench.gate import correctness
+    from bench.case.gate import correctness
     from kernels.registry import get_provider
     from workloads import sample_lengths
 

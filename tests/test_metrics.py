@@ -91,7 +91,7 @@ def test_the_monitors_power_dict_is_exactly_the_declared_block():
 
 
 def test_the_workload_block_and_the_workload_entry_are_exactly_declared():
-    from bench.config import load_config
+    from bench.config.models import load_config
 
     w = load_config(ROOT / "configs" / "smoke.yaml").cases[0].workload
     q, kv = w.lengths()
@@ -102,7 +102,7 @@ def test_the_workload_block_and_the_workload_entry_are_exactly_declared():
 def test_the_gate_writes_the_declared_correctness_block():
     import torch
 
-    from bench.gate import correctness
+    from bench.case.gate import correctness
     from kernels.registry import CaseSpec, get_provider
     from workloads.batch import make_batch
 

@@ -1,4 +1,4 @@
-"""Tests for bench.monitor (NVML power monitor) and bench.calibrate.
+"""Tests for bench.monitor (NVML power monitor) and bench.case.calibrate.
 
 CPU tests drive PowerMonitor with FakeNVML, a pynvml stand-in that replays a trace of
 (power_mw, sm_clock, mem_clock, temp, reasons_mask, energy_mj) steps; each power read advances it.
@@ -836,7 +836,7 @@ def test_close_shuts_nvml_down_once():
 # --------------------------------------------------------------------------- calibrate
 def test_calibrate_raises_clearly_without_cuda(monkeypatch):
     torch = pytest.importorskip("torch")
-    from bench import calibrate
+    from bench.case import calibrate
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="calibrate_gemm needs a CUDA GPU"):
@@ -872,7 +872,7 @@ def test_gpu_calibrate_gemm_and_copy():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA")
-    from bench.calibrate import calibrate_copy, calibrate_gemm
+    from bench.case.calibrate import calibrate_copy, calibrate_gemm
 
     mon = PowerMonitor(period_ms=10.0)
     res = calibrate_gemm(monitor=mon, seconds=1.0)
@@ -890,6 +890,6 @@ def test_gpu_calibrate_gemm_and_copy():
 def test_harness_code_never_sets_clocks_or_limits():
     root = Path(__file__).resolve().parents[1] / "bench"
     files = sorted(root.rglob("*.py"))
-    assert any(p.parent.name == "monitor" for p in files) and (root / "calibrate.py") in files
+    assert any(p.parent.name == "monitor" for p in files) and (root / "case" / "calibrate.py") in files
     for path in files:
         assert not re.search(r"nvmlDeviceSet\w*\s*\(|nvmlDeviceSet\w*\b(?!\*)", path.read_text()), path

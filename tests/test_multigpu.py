@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
-from bench.config import load_config
+from bench.cli.parser import main
+from bench.config.models import load_config
 from bench.errors import UsageError
 from bench.shard import case_cost, lpt, merge_planned, merge_run_dirs, parse_gpus, shard_cases, slurm
 from results.files import ResultsWriter

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.config import ConfigError, load_config
-from bench.gate import correctness
+from bench.case.gate import correctness
+from bench.config.models import ConfigError, load_config
 from kernels import hstu, meta_gdpa, meta_gdpa_cute
 from kernels import peer_checkout as pc
 from kernels.registry import PROVIDER_MODULES, CaseSpec, get_provider
@@ -459,7 +459,7 @@ def test_b200_names_metas_cute_and_triton_gdpa():
 
 
 def test_the_environment_table_lists_the_peers_with_their_reasons_on_cpu():
-    from bench.env import provider_table
+    from bench.sweep.env import provider_table
 
     rows = {r["provider"]: r for r in provider_table(CPU)}
     assert rows["flex_attention"]["available"]

@@ -6,7 +6,7 @@ The full comparison with timings is docs/experiments/peers_gpu.py."""
 import pytest
 import torch
 
-from bench.gate import correctness
+from bench.case.gate import correctness
 from kernels.registry import CaseSpec, get_provider
 from workloads.batch import make_batch
 

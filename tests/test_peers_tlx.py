@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.config import load_config
-from bench.gate import correctness
+from bench.case.gate import correctness
+from bench.config.models import load_config
 from kernels import meta_gdpa
 from kernels import meta_gdpa_tlx as tlx
 from kernels import peer_checkout as pc

@@ -11,8 +11,8 @@ import pytest
 from test_monitor import CONST, FakeClock, make
 
 from bench import monitor as M
-from bench.case_power import CasePower
-from bench.cli import main
+from bench.case.power import CasePower
+from bench.cli.parser import main
 from bench.monitor.measure import power_of_window
 from reports.power_claims import claims
 from results.power import power_counts, power_flags

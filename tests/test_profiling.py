@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bench import breakdown as bd
-from bench.cli import main
-from bench.config import load_config
-from bench.counters import MARKER, METRICS, collect, parse_rows, split_at_markers, summarize
+from bench.cli.parser import main
+from bench.config.models import load_config
+from bench.profiling import breakdown as bd
+from bench.profiling.counters import MARKER, METRICS, collect, parse_rows, split_at_markers, summarize
 from kernels.naive import NaiveEager
 from kernels.registry import register
 from reports.render import render_report
@@ -173,7 +173,7 @@ def test_bands_are_timed_gated_and_summed_in_a_run(tmp_path):
 
 
 def test_the_kernels_tile_comes_from_its_kernel_config():
-    from bench.bands import ASSUMED_TILE, kernel_tile
+    from bench.profiling.bands import ASSUMED_TILE, kernel_tile
 
     banded = {
         "dispatch": {"fwd": {"backend": "triton+hopper"}},
@@ -201,7 +201,7 @@ def test_profile_bands_adds_bands_to_a_recorded_run(tmp_path, capsys):
 
 def test_profile_bands_on_a_gpu_fault_records_it_and_stops_with_one_line(tmp_path, capsys, monkeypatch):
     """A band that faults the GPU under `profile --bands --run`: that case's bands say why, exit 1, no traceback."""
-    import bench.profile as bp
+    import bench.cli.profile as bp
 
     cfg = config(tmp_path, modes="[fwd]")
     out = tmp_path / "run"
@@ -441,10 +441,10 @@ def test_ncu_missing_or_without_permission_is_skipped_with_why(tmp_path, monkeyp
     out = collect(cases, None, None, ncu=fake_ncu(tmp_path, [], "", fail=perm))
     for v in out.values():
         assert v["counters"]["status"] == "skipped" and "ERR_NVGPUCTRPERM" in v["counters"]["reason"]
-    monkeypatch.setattr("bench.counters.find_ncu", lambda: None)
+    monkeypatch.setattr("bench.profiling.counters.find_ncu", lambda: None)
     out = collect(cases, None, None)
     assert all("not found" in v["counters"]["reason"] and v["counters"]["status"] == "skipped" for v in out.values())
-    monkeypatch.setattr("bench.profile.find_ncu", lambda: None)
+    monkeypatch.setattr("bench.cli.profile.find_ncu", lambda: None)
     err = run_one_line_error(["profile", str(config(tmp_path)), "--only", "naive"], capsys)
     assert "ncu (Nsight Compute) not found" in err
 
@@ -503,7 +503,7 @@ def test_gpu_breakdown_sums_to_the_timed_median_and_leaves_the_flush_out():
     breakdown lists add up to the timed median (within 10% on these ms-scale calls), the flush is not among
     them, and a second timing after the profiler pass is within 5% of the first (a GEMM at the power cap
     moves a few percent by itself; the 2% bar on real cases: docs/experiments/breakdown_overhead.py)."""
-    from bench.timing import l2_flush_buffer, time_cuda
+    from bench.case.timing import l2_flush_buffer, time_cuda
 
     dev = torch.device("cuda", 0)
     a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, requires_grad=True)
@@ -527,7 +527,7 @@ def test_gpu_breakdown_sums_to_the_timed_median_and_leaves_the_flush_out():
 
 @pytest.mark.gpu
 def test_ncu_on_a_gpu_profiles_every_selected_case():
-    from bench.counters import find_ncu
+    from bench.profiling.counters import find_ncu
 
     if find_ncu() is None:
         pytest.skip("ncu (Nsight Compute) is not installed here")

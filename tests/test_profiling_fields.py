@@ -10,9 +10,9 @@ import textwrap
 import pandas as pd
 import pytest
 
-from bench import breakdown as bd
-from bench.cli import main
-from bench.counters import not_run, summarize
+from bench.cli.parser import main
+from bench.profiling import breakdown as bd
+from bench.profiling.counters import not_run, summarize
 from reports.document import Section, Table
 from reports.profiling import profiling_section
 from results.frame import cases_frame, load_run, table_frame

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.cli import main
-from bench.timing import Samples
+from bench.case.timing import Samples
+from bench.cli.parser import main
 from reports import table
 from results.record import timing_fields
 

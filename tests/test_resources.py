@@ -1,4 +1,4 @@
-"""Memory before allocation (bench.resources, issue 25): the estimates bound what a case really allocates, a
+"""Memory before allocation (bench.config.resources, issue 25): the estimates bound what a case really allocates, a
 case that does not fit is `skipped` with its need and what is free, and the host's free memory honours an
 address-space limit (`ulimit -v`)."""
 
@@ -16,10 +16,10 @@ import pytest
 import torch
 import yaml
 
-from bench import resources
-from bench.cases import Workload
-from bench.cli import main
-from bench.resources import HOST_HEADROOM, Shape, batch_need, case_need, host_free_bytes
+from bench.cli.parser import main
+from bench.config import resources
+from bench.config.cases import Workload
+from bench.config.resources import HOST_HEADROOM, Shape, batch_need, case_need, host_free_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MEASURE = """
 import json, sys
 import torch
-from bench.cases import Workload
-from bench.gate import correctness
-from bench.resources import Shape, batch_need, case_need
+from bench.config.cases import Workload
+from bench.case.gate import correctness
+from bench.config.resources import Shape, batch_need, case_need
 from kernels.registry import CaseSpec, get_provider
 
 torch.set_num_threads(1)
@@ -113,7 +113,7 @@ def _workload(L: int, dtype: str = "bf16") -> tuple[Workload, Shape]:
 
 
 def test_batch_estimate_is_the_batch_tensors_plus_their_fp32_draw():
-    from bench.resources import ALLOCATOR_ROUND
+    from bench.config.resources import ALLOCATOR_ROUND
 
     w, s = _workload(64)
     b = w.batch("cpu")
@@ -185,7 +185,7 @@ def test_a_case_that_does_not_fit_is_skipped_with_its_need(tmp_path, monkeypatch
     need_small = batch_need(small) + case_need(small, "fwd", "padded", True)  # more than the check's need
     free = int(2 * need_small / HOST_HEADROOM)  # the small workload fits, the big one does not
     monkeypatch.setattr(resources, "free_bytes", lambda device: free)
-    monkeypatch.setattr("bench.runner.free_bytes", lambda device: free)
+    monkeypatch.setattr("bench.sweep.runner.free_bytes", lambda device: free)
     out = tmp_path / "run"
     assert main(["run", str(_config(tmp_path, [8, 1024])), "--out", str(out), "--no-progress", "--no-report"]) == 0
     cases = {c["id"]: c for c in json.loads((out / "results.json").read_text())["cases"]}
@@ -214,7 +214,7 @@ def test_host_free_memory_honours_the_address_space_limit(monkeypatch):
 def test_estimates_bound_cuda_peaks(provider, mode):
     """On a GPU: the estimate bounds the peak PyTorch allocates for the batch and the case (run on the
     device machine: pytest -m gpu tests/test_resources.py)."""
-    from bench.gate import correctness
+    from bench.case.gate import correctness
     from kernels.registry import CaseSpec, get_provider
 
     p = get_provider(provider)

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.cli import main
-from bench.config import load_config
-from bench.gate import check_sequences
+from bench.case.gate import check_sequences
+from bench.cli.parser import main
+from bench.config.models import load_config
 from kernels.registry import Provider, register
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,8 +272,8 @@ class _OrderMonitor:
 
 @pytest.mark.parametrize("first", [False, True])
 def test_energy_loop_before_or_after_the_samples(tmp_path, first):
-    from bench.case_power import CasePower
-    from bench.runner import Runner
+    from bench.case.power import CasePower
+    from bench.sweep.runner import Runner
     from workloads.batch import make_batch
 
     path = config(tmp_path, "[naive_eager]", modes="[fwd]")
@@ -340,7 +340,7 @@ def test_progress_is_one_live_bar_with_case_lines_above_it():
     alone (the bar was cleared before it was printed) and the bar is drawn once, at the bottom."""
     import io
 
-    from bench.progress import Progress
+    from bench.sweep.progress import Progress
 
     buf = io.StringIO()
     p = Progress(3, True, file=buf)
@@ -362,8 +362,8 @@ def test_progress_is_one_live_bar_with_case_lines_above_it():
 
 
 def test_case_lines_print_cpu_rates_with_significant_digits():
-    from bench.progress import format_rate
-    from bench.runner import case_line
+    from bench.sweep.progress import format_rate
+    from bench.sweep.runner import case_line
 
     # the report's unit on every line (issue 25: the console said GFLOP/s where the report said TFLOP/s)
     assert format_rate(3.2e-7) == "3.2e-07 TFLOP/s" and format_rate(0.5) == "0.5 TFLOP/s"
@@ -473,12 +473,12 @@ def test_disk_full_while_writing_results_is_one_line_and_leaves_no_temp_file(tmp
 def test_read_only_places_are_one_line(tmp_path, capsys, monkeypatch):
     import errno
 
-    import bench.rundir
+    import bench.sweep.rundir
     import results.files as results_module
 
     cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
     # a folder the user cannot write: refused before anything runs
-    monkeypatch.setattr(bench.rundir.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(bench.sweep.rundir.os, "access", lambda path, mode: False)
     assert main(["run", str(cfg), "--out", str(tmp_path / "ro" / "run"), "--no-progress"]) == 2
     line = _only_line(capsys.readouterr().err)
     assert line.startswith(f"error: --out {tmp_path / 'ro' / 'run'}: {tmp_path} is not writable"), line
@@ -498,7 +498,7 @@ def test_read_only_places_are_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_a_crash_of_the_harness_is_not_recorded_as_a_finished_run(tmp_path, monkeypatch):
-    from bench.runner import Runner
+    from bench.sweep.runner import Runner
 
     cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
     out = tmp_path / "run"

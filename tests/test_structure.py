@@ -1,5 +1,6 @@
 """The shape of the code stays as docs/DESIGN.md §2 describes it: every module imports, no import circle,
-the layering holds, no private name crosses a module boundary, no file over 500 lines."""
+the layering holds (between the packages and between bench/'s subpackages), no private name crosses a
+module boundary, no file over 500 lines."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ PACKAGES = ("support", "workloads", "kernels", "results", "reports", "bench")
 # `support` is the bottom every package may use; `results` (the results contract) is below the report and
 # the harness, which both go through it.
 ALLOWED = {pkg: set(PACKAGES[: i + 1]) for i, pkg in enumerate(PACKAGES)}
-# Under bench/ only the report step draws for people: the runner, the shard merge and the monitor write
-# through the results layer and never import the presentation.
-REPORT_STEP = {"bench.reporting"}
+# bench/'s subpackages by concern, in the order of the data flow (docs/DESIGN.md §2): a subpackage imports
+# only those to its left. `errors` (bench/errors.py) is the bottom every layer raises from; the entry points
+# (bench/__init__.py: `bench.run`, bench/__main__.py) are the top.
+BENCH_LAYERS = ("errors", "config", "monitor", "case", "profiling", "sweep", "shard", "cli", "__main__", "")
+# Under bench/ only the report step draws for people: `render` (a finished run's report) and the commands
+# that present results. The runner, the shard merge and the monitor write through the results layer and
+# never import the presentation.
+REPORT_STEP = {"bench.sweep.report", "bench.cli.reporting"}
 # The results layer is the contract, not a picture of it.
 PRESENTATION = ("reports", "matplotlib")
 MAX_LINES = 500
@@ -125,6 +131,30 @@ def test_layering():
     assert not bad, "\n".join(bad)
 
 
+def bench_layer(module: str) -> int:
+    """The rank of a bench/ module in BENCH_LAYERS: `bench.config.models` -> config's."""
+    parts = module.split(".")
+    return BENCH_LAYERS.index(parts[1] if len(parts) > 1 else "")
+
+
+def test_bench_subpackages_import_only_downward():
+    assert {p.name for p in (ROOT / "bench").iterdir() if p.is_dir() and (p / "__init__.py").exists()} | {
+        p.stem for p in (ROOT / "bench").glob("*.py") if p.stem != "__init__"
+    } == set(BENCH_LAYERS) - {""}, "a new bench/ subpackage or module: place it in BENCH_LAYERS (DESIGN §2)"
+    bad = []
+    for name, path in MODULES.items():
+        if name.split(".")[0] != "bench":
+            continue
+        for mod, names, line in imports_of(name, path):
+            if mod.split(".")[0] != "bench":
+                continue
+            targets = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in MODULES] or [mod]
+            for target in targets:
+                if target != "bench" and bench_layer(target) > bench_layer(name):
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (upward)")
+    assert not bad, "\n".join(bad)
+
+
 def test_only_the_report_step_imports_the_presentation():
     bad = []
     for name, path in MODULES.items():
@@ -183,8 +213,10 @@ def test_no_file_over_500_lines(pkg):
 def test_the_checks_can_fail(tmp_path):
     """The circle finder and the private-import finder see what they are meant to see."""
     a, b = tmp_path / "a.py", tmp_path / "b.py"
-    a.write_text("from bench.cli import _Parser\n\ndef f():\n    from bench import cli\n    return cli._Parser\n")
+    a.write_text("from bench.cli.parser import _P\n\ndef f():\n    from bench import cli\n    return cli._P\n")
     b.write_text("from . import x\n")
     found = imports_of("bench.a", a)
-    assert ("bench.cli", ["_Parser"], 1) in found and ("bench", ["cli"], 4) in found
+    assert ("bench.cli.parser", ["_P"], 1) in found and ("bench", ["cli"], 4) in found
     assert imports_of("bench.sub.b", b) == [("bench.sub", ["x"], 1)]
+    assert bench_layer("bench.config.models") < bench_layer("bench.case.timing") < bench_layer("bench.cli.parser")
+    assert bench_layer("bench.errors") == 0 and bench_layer("bench") == len(BENCH_LAYERS) - 1

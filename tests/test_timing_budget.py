@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.timing import chunk_size, time_cpu
+from bench.case.timing import chunk_size, time_cpu
 
 
 def take(true_ms, rep_ms: float, min_reps: int, max_reps: int) -> list[list[float]]:

@@ -1,4 +1,4 @@
-"""A kernel that hangs does not hang the sweep (issue 32, bench.watchdog), on CPU: the worker reports each
+"""A kernel that hangs does not hang the sweep (issue 32, bench.case.watchdog), on CPU: the worker reports each
 case's phases to its parent, the parent kills a worker whose case runs past `timing.case_timeout_s`
 (`--case-timeout`), a fresh worker records the case `failed` with `hung: ...` and the phase, and the rest
 runs; in one process the option is refused."""
@@ -10,11 +10,11 @@ import time
 import pytest
 from test_faults import config, env
 
-from bench.cli import main
-from bench.config import load_config
+from bench.case.watchdog import PHASES, PhaseReporter, Watch, parse_hung
+from bench.cli.parser import main
+from bench.config.models import load_config
 from bench.errors import EXIT_BAD_INPUT
-from bench.runner import Runner
-from bench.watchdog import PHASES, PhaseReporter, Watch, parse_hung
+from bench.sweep.runner import Runner
 from results.files import read_results
 
 HANG = """

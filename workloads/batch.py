@@ -27,6 +27,10 @@ class JaggedBatch:
     dout: torch.Tensor | None = None  # upstream gradient for bwd modes, like q
     extras: dict = field(default_factory=dict)
 
+    def call_args(self) -> tuple:
+        """(q, k, v, q_offsets, kv_offsets, max_q, max_kv): the batch as a jagged GDPA entry point takes it."""
+        return self.q, self.k, self.v, self.q_offsets, self.kv_offsets, self.max_q, self.max_kv
+
     @property
     def B(self) -> int:
         return int(self.q_lengths.shape[0])
@@ -127,7 +131,7 @@ def make_batch(
     def randn(rows: int, heads: int) -> torch.Tensor:
         # generate in fp32 then cast: the same values for every dtype at a given seed
         t = torch.randn(rows, heads, D, generator=gen, device=device, dtype=torch.float32)
-        return t.mul_(scale).to(dtype)  # in place: one fp32 copy at a time (bench.resources.batch_need)
+        return t.mul_(scale).to(dtype)  # in place: one fp32 copy at a time (bench.config.resources.batch_need)
 
     total_q, total_kv = int(q_lengths.sum()), int(kv_lengths.sum())
     q = randn(total_q, H)

@@ -120,7 +120,7 @@ path_like.allowed = "a file path (relative: from the config's folder)"
 
 
 def allowed_text(check: Check | None) -> str:
-    """What a parameter check allows, in words (the config reference prints it: bench.config_reference)."""
+    """What a parameter check allows, in words (the config reference prints it: bench.config.reference)."""
     a = getattr(check, "allowed", "") if check is not None else "anything"
     return a() if callable(a) else a
 

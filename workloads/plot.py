@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from support.png import save_compact_png
+
 
 def plot_length_histogram(q_lengths, kv_lengths, path, title: str = "") -> None:
     """Write a PNG at `path` (parent folders created) with overlaid Q and KV length histograms.
@@ -49,5 +51,5 @@ def plot_length_histogram(q_lengths, kv_lengths, path, title: str = "") -> None:
     parent = os.path.dirname(os.fspath(path))
     if parent:
         os.makedirs(parent, exist_ok=True)
-    fig.savefig(os.fspath(path), format="png")
+    save_compact_png(fig, path)
     fig.clear()  # drop the artists now; the figure was never registered with pyplot

@@ -5,8 +5,8 @@ absolute figures are a rough guide (docs/DESIGN.md §10).
 
 from __future__ import annotations
 
-from bench.cases import Case, Workload
-from bench.profiling_config import profiling_cost
+from bench.config.cases import Case, Workload
+from bench.config.profiling import profiling_cost
 from results.figures import case_flops
 from workloads import work_pairs
 from workloads.bands import band_table, edges_for

@@ -22,18 +22,18 @@ import threading
 import time
 from pathlib import Path
 
-from bench import environments
-from bench.cases import Case
-from bench.config import LoadedConfig, default_run_dir
-from bench.environments import Leg, for_cases
+from bench.config.cases import Case
+from bench.config.models import LoadedConfig, default_run_dir
 from bench.errors import EXIT_FAILED, UsageError
-from bench.reporting import render as render_report
-from bench.rundir import check_new_run_dir, check_resume, resume_command
-from bench.runlock import run_folder_lock
 from bench.shard.merge import merge_planned, rc_text
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
 from bench.shard.worker import STOP_GRACE_S, WorkerProcess, worker_env
-from bench.signals import interrupts
+from bench.sweep import environments
+from bench.sweep.environments import Leg, for_cases
+from bench.sweep.report import render as render_report
+from bench.sweep.rundir import check_new_run_dir, check_resume, resume_command
+from bench.sweep.runlock import run_folder_lock
+from bench.sweep.signals import interrupts
 from results.files import read_results
 
 
@@ -99,7 +99,7 @@ def launch(
     case_timeout_s: float | None = None,
 ) -> tuple[dict[int, int], int | None]:
     """One `python -m bench run` per (label, cases) — one after another per environment of its cases
-    (`legs`), watched against `case_timeout_s` (bench.watchdog); returns {label: returncode} and, when the
+    (`legs`), watched against `case_timeout_s` (bench.case.watchdog); returns {label: returncode} and, when the
     parent was interrupted, its exit status (128 + the signal; Ctrl-C / SIGTERM: the workers are stopped
     with SIGTERM, their finished cases kept), else None."""
     shard_root.mkdir(parents=True, exist_ok=True)
@@ -189,7 +189,7 @@ def run_local(
 ) -> int:
     """Shard `cases` over `labels` workers into run_dir, merge, optionally render; the exit code.
     `argv`: the command's arguments, for the `--resume` command an interrupted run prints; `legs`: the
-    environments of the cases (bench.environments; None: checked here); `case_timeout_s`: the watchdog's
+    environments of the cases (bench.sweep.environments; None: checked here); `case_timeout_s`: the watchdog's
     deadline per case (None: the config's)."""
     legs = environments.legs(cfg, cases) if legs is None else legs
     case_timeout_s = cfg.model.timing.case_timeout_s if case_timeout_s is None else case_timeout_s
@@ -327,7 +327,7 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], args, legs=None, case_time
             raise UsageError(f"--resume {run_dir}: no such folder")
         if read_plan(run_dir) is None:
             check_resume(cfg, run_dir, getattr(args, "force", False))  # one line before the lock makes anything
-        with run_folder_lock(run_dir, "--resume"):  # one writer per run folder (bench.runlock)
+        with run_folder_lock(run_dir, "--resume"):  # one writer per run folder (bench.sweep.runlock)
             return _resume_sharded(cfg, cases, args, run_dir, labels, argv, legs, case_timeout_s)
     run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
     option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from bench.cases import Case
+from bench.config.cases import Case
 from bench.errors import UsageError
-from bench.rundir import PLAN_FILE
 from bench.shard.cost import case_cost
+from bench.sweep.rundir import PLAN_FILE
 from kernels.registry import get_provider
 from results.files import atomic_write
 from support.inputs import InputError, MiB, integer, load_json, read_regular, show

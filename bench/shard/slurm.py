@@ -14,16 +14,16 @@ from pathlib import Path
 
 import torch
 
-from bench.config import LoadedConfig, default_run_dir, load_config
+from bench.config.models import LoadedConfig, default_run_dir, load_config
+from bench.config.selection import select_cases
 from bench.errors import UsageError
-from bench.rundir import check_new_run_dir
-from bench.runlock import run_folder_lock
-from bench.selection import select_cases
 from bench.shard.local import conclude, run_local
 from bench.shard.merge import merge_planned
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, shard_cases, write_plan
 from bench.shard.worker import REPO_ROOT
-from bench.signals import interrupts
+from bench.sweep.rundir import check_new_run_dir
+from bench.sweep.runlock import run_folder_lock
+from bench.sweep.signals import interrupts
 from results.files import read_results
 from support.environment import SLURM_ARGS, slurm_args
 from support.text import one_line
@@ -112,7 +112,7 @@ def submit(cfg: LoadedConfig, args) -> int:
     option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
     check_new_run_dir(run_dir, option)
     run_dir = run_dir.resolve()
-    with run_folder_lock(run_dir, option):  # one writer per run folder, while the jobs run (bench.runlock)
+    with run_folder_lock(run_dir, option):  # one writer per run folder, while the jobs run (bench.sweep.runlock)
         folder = run_dir / "submitit"
         if args.local:
             executor = submitit.LocalExecutor(folder=folder)

@@ -1,7 +1,7 @@
 """A sweep in worker processes, so that a kernel that faults the GPU cannot take it down (docs/DESIGN.md §5,
 §10).
 
-A sticky CUDA error (an illegal memory access, a device-side assert: bench.faults) leaves the process's
+A sticky CUDA error (an illegal memory access, a device-side assert: bench.case.faults) leaves the process's
 CUDA context unusable. The worker — `python -m bench run ... --worker`, the normal single-device runner —
 records the faulting case `failed` with the error, writes its results and exits `EXIT_CONTEXT_LOST`; a
 fresh worker then continues the same folder with `--resume` (recorded cases kept, the rest run). Nothing
@@ -10,11 +10,11 @@ of this is inside a timed region: a worker times exactly what an in-process run 
 Two users, one mechanism: a one-device `run` on a GPU (`run_in_worker`: one worker writing the run folder,
 printing to this terminal) and every worker of a sharded run (bench.shard.local: one per GPU, each
 restarted into its own shard folder). A worker is started again only when it recorded a case since it
-started, so a run cannot loop. The same path continues a run after a hang (bench.watchdog: the parent
+started, so a run cannot loop. The same path continues a run after a hang (bench.case.watchdog: the parent
 kills a worker whose case ran past its deadline; the fresh one records that case `failed` first) and
-after each environment's worker (bench.environments: a provider's own interpreter or site folders).
+after each environment's worker (bench.sweep.environments: a provider's own interpreter or site folders).
 
-One writer per folder (bench.runlock): a one-device run's parent holds the run folder's lock for the
+One writer per folder (bench.sweep.runlock): a one-device run's parent holds the run folder's lock for the
 whole run and each of its workers inherits the locked descriptor (`--lock-fd`); a shard's worker locks
 its own shard folder, while the sharded run's parent holds the run folder's.
 """
@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.environments import Leg
+from bench.case.watchdog import KILL_GRACE_S, Watch
 from bench.errors import EXIT_CONTEXT_LOST
-from bench.watchdog import KILL_GRACE_S, Watch
+from bench.sweep.environments import Leg
 from results.files import ResultsError, read_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -67,8 +67,8 @@ def resume_in_place(cmd: list[str]) -> list[str]:
 class WorkerProcess:
     """One worker process writing `out_dir`, in a session of its own (a signal reaches it only when its
     parent passes it on), followed by the next one when the run goes on: after a CUDA fault, after a hang
-    (`case_timeout_s`: the parent watches each case, bench.watchdog), and for each environment of the run
-    (`legs`, bench.environments: one worker per environment, each continuing the folder)."""
+    (`case_timeout_s`: the parent watches each case, bench.case.watchdog), and for each environment of the run
+    (`legs`, bench.sweep.environments: one worker per environment, each continuing the folder)."""
 
     def __init__(
         self,
@@ -190,7 +190,7 @@ class WorkerProcess:
 def worker_command(cfg, args, run_dir: Path, lock_fd: int) -> list[str]:
     """`python -m bench run` of the same cases as `args` into `run_dir`, as a worker (no report, no
     closing lines: the process that started it draws and prints those) holding the lock `lock_fd` its
-    parent holds on the folder (bench.runlock.inherited_lock)."""
+    parent holds on the folder (bench.sweep.runlock.inherited_lock)."""
     cmd = [sys.executable, "-m", "bench", "run", str(cfg.path), "--resume" if args.resume else "--out", str(run_dir)]
     for flag, value in (
         ("--only", args.only),

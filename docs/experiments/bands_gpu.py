@@ -1,6 +1,6 @@
 """Issue 26's cross-check of the harness's length bands: the same bands timed by an independent script.
 
-The harness (`bands:` in configs/production.yaml, bench/bands.py) splits a case's batch by min(Lq, Lk), builds
+The harness (`bands:` in configs/production.yaml, bench/profiling/bands.py) splits a case's batch by min(Lq, Lk), builds
 each band's sub-batch and times it with its own timer. This script shares only the lengths with it (drawn
 by workloads.pairing.build_lengths, as the config draws them): it builds its own tensors, calls the public
 GDPA op and FlashAttention-4 directly, and times with `triton.testing.do_bench` (median, L2 flushed). The

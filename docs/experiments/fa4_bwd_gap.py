@@ -23,7 +23,7 @@ import os
 import numpy as np
 import torch
 
-from bench.timing import time_cuda
+from bench.case.timing import time_cuda
 from workloads.batch import make_batch
 
 B, H, D = 1152, 4, 128

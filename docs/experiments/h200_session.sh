@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # One session's GPU work on a lent H200, one step per device call (the machine stays between calls only while
 # they follow each other within its idle window). From the repository root, with what each step carries:
-#   bash docs/experiments/h200_session.sh fa4-0        # .fa4/p0 .hk .peers: small wheels, Triton GPU tests
-#   bash docs/experiments/h200_session.sh fa4-1        # .fa4/p1: wheel part 1
-#   bash docs/experiments/h200_session.sh fa4-2        # .fa4/p2: wheel part 2
-#   bash docs/experiments/h200_session.sh install      # .fa4/p3: FA4 installed, the other GPU tests
-#   bash docs/experiments/h200_session.sh start NAME   # production | peers | h200: a run, detached
-#   bash docs/experiments/h200_session.sh wait NAME    # until it ends (or ~9 min), then its folder to $OUT
-#   bash docs/experiments/h200_session.sh bands        # the independent band timing (issue 26)
-# .fa4/p0..p3: ../shared/gpu/fa4-wheels.sh's wheels in four parts, each small enough to travel with the
-# tracked tree (~30 MB) under a call's 64 MiB: p0 the small wheels, p1..p3 the CUDA 13 cutlass-dsl libs
-# wheel split in 31 MB pieces (cu13p.aa/ab/ac; p3 also pydantic's wheels and install.sh, which joins them).
+#   bash docs/experiments/h200_session.sh fa4-1 [CMD]   # carry .fa4/p1 .hk: wheels part 1, kernels to /tmp/hk
+#   bash docs/experiments/h200_session.sh fa4-2 [CMD]   # carry .fa4/p2 .peers: part 2, FA4 installed, then CMD
+#   bash docs/experiments/h200_session.sh env CMD       # later calls: CMD with FA4 and the kernel directory set
+#   bash docs/experiments/h200_session.sh start NAME    # production | peers | h200: a run, detached
+#   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
+#   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
+# .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
+# wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
+# install.sh (joins the pieces, installs into /tmp/site). Make them here:
+#   bash ../shared/gpu/fa4-wheels.sh /tmp/fa4w && docs/experiments/fa4_parts.sh /tmp/fa4w .fa4
 # .hk: the Hopper kernels compiled ahead on a CPU machine (`CUTE_DSL_ARCH=sm_90a python
-# docs/experiments/hopper_gpu.py --prebuild .hk && ... jagged_gpu.py --prebuild .hk`); .peers: the peers'
-# checkouts (README "Peer kernels"). Runs that must fit the session's device time use shorter windows than
-# the configs (derive_config.py), said in their descriptions.
+# docs/experiments/hopper_gpu.py --prebuild .hk`, and jagged_gpu.py / persistent_gpu.py the same); .peers: the
+# peers' checkouts (README "Peer kernels"). Runs that must fit the session's device time use shorter windows
+# than the configs (derive_config.py), said in their descriptions.
 set -uo pipefail
 step=${1:?step}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" runs
-export PYTHONUNBUFFERED=1 GDPA_HOPPER_KERNEL_DIR=$PWD/.hk
+export PYTHONUNBUFFERED=1 GDPA_HOPPER_KERNEL_DIR=/tmp/hk
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+run_cmd() { [ $# -gt 0 ] && { echo "+ $*"; bash -c "$*"; }; return 0; }
 windows="timing.rep_ms=300 power.settle_s=0.3 power.energy_loop_s=0.3"
 
 start() {
@@ -34,19 +35,18 @@ start() {
 }
 
 case $step in
-fa4-0)
-  mkdir -p /tmp/fa4 && cp .fa4/p0/* /tmp/fa4/
+fa4-1)
+  mkdir -p /tmp/fa4 /tmp/hk && cp -r .fa4/p1/* /tmp/fa4/ && cp -r .hk/. /tmp/hk/
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit,temperature.gpu --format=csv
-  python3 -m pytest -q -m gpu tests/test_gdpa_kernels.py 2>&1 | tee "$OUT/pytest-gpu-triton.log" | tail -5
+  shift; run_cmd "$@"
   ;;
-fa4-1 | fa4-2)
-  cp ".fa4/p${step#fa4-}"/* /tmp/fa4/ && ls /tmp/fa4 | wc -l
-  ;;
-install)
-  cp .fa4/p3/* /tmp/fa4/ && source .fa4/p3/install.sh && export PYTHONPATH=$PYTHONPATH:$PWD
+fa4-2)
+  cp .fa4/p2/* /tmp/fa4/ && source /tmp/fa4/install.sh && export PYTHONPATH=$PYTHONPATH:$PWD
   python3 -c "from flash_attn.cute import flash_attn_varlen_func; import pydantic; print('fa4 ok')"
-  python3 -m pytest -q -m gpu tests --deselect tests/test_gdpa_kernels.py --deselect tests/test_peers_gpu.py \
-    2>&1 | tee "$OUT/pytest-gpu.log" | tail -15
+  shift; run_cmd "$@"
+  ;;
+env)
+  shift; run_cmd "$@"
   ;;
 start)
   case ${2:?name} in

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.timing import time_cuda
+from bench.case.timing import time_cuda
 from kernels.naive import naive_gdpa
 from workloads.batch import make_batch
 

@@ -16,10 +16,10 @@ of each provider label, the checks always run).
 Each provider group runs in its own child process (`--part NAME`): a kernel that faults the GPU poisons
 only its own process, and its rows up to the fault are kept (written after every row). The last part
 replays the HSTU fault the issue reports (B 5, H 1, D 128, bf16, lengths 92/27/37/121/97, N 148, causal)
-and records how that process ended. Correctness: bench.gate.correctness (relative Frobenius error of out,
+and records how that process ended. Correctness: bench.case.gate.correctness (relative Frobenius error of out,
 and dq/dk/dv in bwd, against kernels.reference in fp32; tolerance 2e-2 as configs default), on every
 sequence of the small edge-length batches and on 8 sampled sequences of the peer shapes. Timing:
-bench.timing.time_cuda (L2 flushed before each call, 300 ms of samples, median); FLOPs by the peers'
+bench.case.timing.time_cuda (L2 flushed before each call, 300 ms of samples, median); FLOPs by the peers'
 convention (fwd 4·H·D·Σ pairs, causal: unmasked pairs; bwd 2.5×), as bench/record.py.
 """
 
@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench.gate import correctness  # noqa: E402
-from bench.timing import time_cuda  # noqa: E402
+from bench.case.gate import correctness  # noqa: E402
+from bench.case.timing import time_cuda  # noqa: E402
 from kernels.registry import CaseSpec, get_provider  # noqa: E402
 from workloads import make_batch  # noqa: E402
 from workloads.pairing import build_lengths  # noqa: E402

@@ -59,19 +59,7 @@ class _GDPAOpProvider(Provider):
 
     def unsupported(self, batch: JaggedBatch, spec: CaseSpec) -> str | None:
         if self.options.backend not in ("auto", backends.FALLBACK):
-            call = GDPACall(
-                batch.q,
-                batch.k,
-                batch.v,
-                batch.q_offsets,
-                batch.kv_offsets,
-                batch.max_q,
-                batch.max_kv,
-                spec.activation,
-                spec.alpha,
-                spec.qk_scale,
-                spec.causal,
-            )
+            call = GDPACall(*batch.call_args(), **spec.gdpa_math())
             return backends.unsupported(self.options.backend, call)
         return _triton_unsupported(batch)
 
@@ -83,21 +71,7 @@ class _GDPAOpProvider(Provider):
         return copy.deepcopy(self.record) or None
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
-        return gdpa(
-            batch.q,
-            batch.k,
-            batch.v,
-            batch.q_offsets,
-            batch.kv_offsets,
-            batch.max_q,
-            batch.max_kv,
-            activation=spec.activation,
-            alpha=spec.alpha,
-            qk_scale=spec.qk_scale,
-            causal=spec.causal,
-            options=self.options,
-            record=self.record,
-        )
+        return gdpa(*batch.call_args(), **spec.gdpa_math(), options=self.options, record=self.record)
 
 
 @register

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +16,9 @@ from matplotlib.figure import Figure
 
 from kernels.registry import MODES
 from results.frame import provider_label
+from support.png import save_compact_png
 
-DPI = 110
+DPI = 96
 
 
 class PlotWarning(UserWarning):
@@ -35,8 +36,7 @@ def figure(w: float, h: float) -> Figure:
 
 def save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, facecolor="white")
-    return path
+    return save_compact_png(fig, path, dpi=DPI, facecolor="white")  # a palette PNG: small for good
 
 
 def write_csv(df: pd.DataFrame, path: Path, columns: Sequence[str]) -> Path:
@@ -141,8 +141,10 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name.replace("=", "-")).strip("_") or "workload"
 
 
-def ok_cases(cases: pd.DataFrame) -> pd.DataFrame:
-    return cases[cases["status"] == "ok"] if len(cases) else cases
+def ok_cases(cases: pd.DataFrame, where: Callable[[pd.DataFrame], pd.Series] | None = None) -> pd.DataFrame:
+    """The ok cases, and of those the rows `where` keeps (an empty frame as it is: it may lack the columns)."""
+    ok = cases[cases["status"] == "ok"] if len(cases) else cases
+    return ok[where(ok)] if where is not None and len(ok) else ok
 
 
 def legend(fig: Figure, handles: dict[str, Any], title: str) -> None:

@@ -1,6 +1,6 @@
 """Roofline: arithmetic intensity vs achieved TFLOP/s with the compute and bandwidth roofs. Points are
 placed by the analytic FLOPs and compulsory bytes; where Nsight Compute read a case's counters
-(bench.counters), a star marks the measured point (useful FLOPs over the DRAM bytes moved, and over the
+(bench.profiling.counters), a star marks the measured point (useful FLOPs over the DRAM bytes moved, and over the
 kernels' time), with an arrow from the analytic one (CSV rows `kind=case_measured`)."""
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ CAPTION = (
 def roofline(data: PlotData, out: Path) -> Drawing:
     """Arithmetic intensity (FLOP/B, log) vs achieved TFLOP/s (log) with the compute and bandwidth roof."""
     cases, meta = data.cases, data.meta
-    ok = ok_cases(cases)
-    pts = ok[(ok["intensity"] > 0) & (ok["tflops"] > 0)] if len(ok) else ok
+    pts = ok_cases(cases, lambda ok: (ok["intensity"] > 0) & (ok["tflops"] > 0))
     if pts.empty:
         raise NothingToPlot("no ok cases with known sizes and timings: nothing to plot", "roofline")
     dtype = str(pts["dtype"].mode().iloc[0]) if pts["dtype"].notna().any() else None

@@ -22,8 +22,8 @@ CAPTION = (
 def tflops_vs_length(data: PlotData, out: Path) -> Drawing:
     """TFLOP/s vs max sequence length; one line per provider, one panel per set × mode × sweep."""
     cases, meta = data.cases, data.meta
-    ok = ok_cases(cases)
-    ok = ok[ok["tflops"].notna() & ok["max_len"].notna()].drop_duplicates("id", keep="last") if len(ok) else ok
+    ok = ok_cases(cases, lambda ok: ok["tflops"].notna() & ok["max_len"].notna())
+    ok = ok.drop_duplicates("id", keep="last") if len(ok) else ok
     if ok.empty:
         raise NothingToPlot("no ok cases with timings: nothing to plot", "TFLOP/s vs max sequence length")
     colors = provider_colors(cases["provider"].dropna())

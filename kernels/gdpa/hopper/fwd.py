@@ -16,7 +16,9 @@ builds with `Softmax.create(...)`:
 `Softmax.create` is looked up as a module global of flash_fwd_sm90 while mma() is traced, and mma() (250
 lines of pipeline code) cannot be subclassed around it, so `scores_object` swaps that one global for the
 duration of our own compile and restores it after (launch.py holds a lock around it): FA4's own compiles
-never see it.
+never see it. The persistent forward (persistent.py) is chosen the same way: FA4's `__call__` picks its
+varlen scheduler by the module global `SingleTileVarlenScheduler`, which `scores_object(scheduler=...)`
+points at ours for the compile.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
 from quack import layout_utils
 
 from kernels.gdpa.hopper.activations import LOG2_E, Activation
+from kernels.gdpa.hopper.persistent import PersistentForwardMixin
 
 
 class _OutputScale:
@@ -126,16 +129,19 @@ _SWAP_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def scores_object(activation: Activation):
-    """FA4's forward mma() builds its softmax object from the module global `Softmax`: point it at ours
-    while our kernel is traced, and restore it afterwards."""
+def scores_object(activation: Activation, scheduler: type | None = None):
+    """FA4's forward mma() builds its softmax object from the module global `Softmax` (and `__call__` its
+    varlen scheduler from `SingleTileVarlenScheduler`): point them at ours while our kernel is traced, and
+    restore them afterwards."""
     with _SWAP_LOCK:
-        original = fa4_fwd_sm90.Softmax
+        originals = fa4_fwd_sm90.Softmax, fa4_fwd_sm90.SingleTileVarlenScheduler
         fa4_fwd_sm90.Softmax = _ScoresFactory(activation)
+        if scheduler is not None:
+            fa4_fwd_sm90.SingleTileVarlenScheduler = scheduler
         try:
             yield
         finally:
-            fa4_fwd_sm90.Softmax = original
+            fa4_fwd_sm90.Softmax, fa4_fwd_sm90.SingleTileVarlenScheduler = originals
 
 
 class GDPAForwardSm90(FlashAttentionForwardSm90):
@@ -149,9 +155,7 @@ class GDPAForwardSm90(FlashAttentionForwardSm90):
         *,
         activation: Activation,
         is_causal: bool,
-        pack_gqa: bool,
-        tile_m: int,
-        tile_n: int,
+        cfg,  # launch.ForwardConfig: the tiles and pack_gqa
     ):
         super().__init__(
             dtype,
@@ -160,9 +164,9 @@ class GDPAForwardSm90(FlashAttentionForwardSm90):
             qhead_per_kvhead,
             is_causal=is_causal,
             is_local=False,
-            pack_gqa=pack_gqa,
-            tile_m=tile_m,
-            tile_n=tile_n,
+            pack_gqa=cfg.pack_gqa,
+            tile_m=cfg.tile_m,
+            tile_n=cfg.tile_n,
             num_stages=2,
             num_threads=384,
             Q_in_regs=False,
@@ -182,3 +186,7 @@ class GDPAForwardSm90(FlashAttentionForwardSm90):
     def mma_one_n_block(self, *args, softmax, mask_fn=None, **kwargs):
         softmax.masked = mask_fn is not None
         return super().mma_one_n_block(*args, softmax=softmax, mask_fn=mask_fn, **kwargs)
+
+
+class GDPAForwardSm90Persistent(PersistentForwardMixin, GDPAForwardSm90):
+    """GDPAForwardSm90 for a persistent grid (persistent.py): several tiles per CTA."""

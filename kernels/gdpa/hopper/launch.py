@@ -9,10 +9,9 @@ float launch arguments and cached constant fp32 tensors, never through a host sy
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import functools
 from dataclasses import dataclass
 
-import cutlass
 import cutlass.cute as cute
 import torch
 from cutlass import Float32
@@ -34,11 +33,12 @@ from kernels.gdpa.hopper.cache import (
     use_kernel_dir,
 )
 from kernels.gdpa.hopper.device_ops import DEVICE_OPS
-from kernels.gdpa.hopper.fwd import GDPAForwardSm90, scores_object
+from kernels.gdpa.hopper.fwd import GDPAForwardSm90, GDPAForwardSm90Persistent, scores_object
+from kernels.gdpa.hopper.operands import TORCH_TO_CUTE, as_kernel_operand, cute_dtype, filled
+from kernels.gdpa.hopper.persistent import persistent_scheduler
 from kernels.gdpa.hopper.scheduler import tile_counts
 from kernels.gdpa.launch import record_name
 
-TORCH_TO_CUTE = {torch.float16: cutlass.Float16, torch.bfloat16: cutlass.BFloat16}
 # outputs are allocated through this name so tests can poison them (an element the kernels miss then shows)
 _empty_like = torch.empty_like
 # FA4's varlen scheduler decodes a tile's batch by a warp scan over all sequences unless given the
@@ -53,12 +53,22 @@ class ForwardConfig:
     pack_gqa: bool
     scheduler_hint: bool  # cumulative m-block counts handed to FA4's varlen scheduler
     banded: bool = False  # FA4's seqused vectors restrict the launch to one length band (bands.py)
+    persistent_ctas: int = 0  # > 0: a persistent grid of this many CTAs (persistent.py); 0: FA4's one tile per CTA
 
 
-def forward_config(head_dim: int, groups: int, batch: int, banded: bool = False) -> ForwardConfig:
+def forward_config(
+    head_dim: int, groups: int, batch: int, banded: bool = False, persistent_ctas: int = 0
+) -> ForwardConfig:
     # FA4's sm90 choice (_tile_size_fwd_sm90): 192x128 for head dim 64, 128x128 for 128; P from registers
     tile_m = 192 if head_dim <= 64 else 128
-    return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH, banded)
+    return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH, banded, int(persistent_ctas))
+
+
+def _fake_varlen(b1, banded: bool) -> tuple:
+    """The varlen operands of a compile: cu_seqlens_q, cu_seqlens_k ([B+1]) and, over one length band,
+    seqused_q, seqused_k (else None)."""
+    used = (fake_i32_vector(cute.sym_int()), fake_i32_vector(cute.sym_int())) if banded else (None, None)
+    return (fake_i32_vector(b1), fake_i32_vector(b1), *used)
 
 
 def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal: bool, cfg: ForwardConfig):
@@ -69,21 +79,13 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
     div = 128 // dtype.width
     q, o = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
     k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
-    cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
-    used_q, used_k = (fake_i32_vector(sym()), fake_i32_vector(sym())) if cfg.banded else (None, None)
     qk_scale = make_fake_tensor(Float32, (h,), divisibility=1)
     cu_blocks = fake_i32_vector(b1) if cfg.scheduler_hint else None
-    kernel = GDPAForwardSm90(
-        dtype,
-        head_dim,
-        groups,
-        activation=act,
-        is_causal=causal,
-        pack_gqa=cfg.pack_gqa,
-        tile_m=cfg.tile_m,
-        tile_n=cfg.tile_n,
-    )
-    with scores_object(act):
+    kernel_cls, scheduler = GDPAForwardSm90, None
+    if cfg.persistent_ctas:
+        kernel_cls, scheduler = GDPAForwardSm90Persistent, persistent_scheduler(cfg.persistent_ctas)
+    kernel = kernel_cls(dtype, head_dim, groups, activation=act, is_causal=causal, cfg=cfg)
+    with scores_object(act, scheduler):
         return cute.compile(
             kernel,
             q,
@@ -92,10 +94,7 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
             o,
             None,
             Float32(1.0),
-            cu_q,
-            cu_k,
-            used_q,
-            used_k,
+            *_fake_varlen(b1, cfg.banded),
             None,
             None,
             None,
@@ -110,43 +109,20 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# small device-side constants
-# ----------------------------------------------------------------------------------------------------------
-_CONSTANTS: OrderedDict = OrderedDict()
-_CONSTANTS_MAX = 8
-
-
-def _filled(device: torch.device, shape: tuple, value: float) -> torch.Tensor:
-    """A read-only fp32 tensor of `value`, cached (one fill launch per new (device, shape, value))."""
-    key = (device, shape, value)
-    t = _CONSTANTS.get(key)
-    if t is None:
-        t = torch.full(shape, value, dtype=torch.float32, device=device)
-        _CONSTANTS[key] = t
-        if len(_CONSTANTS) > _CONSTANTS_MAX:
-            _CONSTANTS.popitem(last=False)
-    else:
-        _CONSTANTS.move_to_end(key)
-    return t
-
-
-def _as_kernel_operand(t: torch.Tensor) -> torch.Tensor:
-    # the kernels need a unit stride on the head dim and 16-byte aligned rows (TMA)
-    return t if t.stride(-1) == 1 and (t.stride(-2) * t.element_size()) % 16 == 0 else t.contiguous()
-
-
-def _cute_dtype(t: torch.Tensor):
-    return TORCH_TO_CUTE[t.dtype]
-
-
-# ----------------------------------------------------------------------------------------------------------
 # forward
 # ----------------------------------------------------------------------------------------------------------
 def forward_kernel(
-    dtype: torch.dtype, head_dim: int, groups: int, activation: str, causal: bool, batch: int, banded: bool = False
+    dtype: torch.dtype,
+    head_dim: int,
+    groups: int,
+    activation: str,
+    causal: bool,
+    batch: int,
+    banded: bool = False,
+    persistent_ctas: int = 0,
 ):
     """(compiled forward, its config, its cache key) for these arguments; compiles on first use."""
-    cfg, cdtype = forward_config(head_dim, groups, batch, banded), TORCH_TO_CUTE[dtype]
+    cfg, cdtype = forward_config(head_dim, groups, batch, banded, persistent_ctas), TORCH_TO_CUTE[dtype]
     key = ("fwd", cdtype, head_dim, groups, activation, bool(causal), cfg)
     return compiled(key, lambda: _compile_forward(cdtype, head_dim, groups, activation, bool(causal), cfg)), cfg, key
 
@@ -156,24 +132,31 @@ def _band_vectors(call: GDPACall, band: Band):
     return (None, None) if band.whole else used_lengths(call.q_offsets, call.kv_offsets, band)
 
 
-def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None):
-    """Write `out` (new when None) for the sequences of `band`: qk_scale * act(alpha * Q K^T) V."""
-    q, k, v = (_as_kernel_operand(t) for t in (call.q, call.k, call.v))
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None, persistent: bool = True):
+    """Write `out` (new when None) for the sequences of `band`: qk_scale * act(alpha * Q K^T) V. `persistent`:
+    one CTA per SM walking the band's tiles (persistent.py), else FA4's grid of one CTA per tile."""
+    q, k, v = (as_kernel_operand(t) for t in (call.q, call.k, call.v))
     out = _empty_like(q) if out is None else out
     batch = call.batch
     if q.shape[0] == 0 or batch == 0:
         return out
     if k.shape[0] == 0:  # no keys anywhere: min(Lq, Lk) = 0 for every sequence, an empty sum each
         return out.zero_() if band.lo == 0 else out
+    ctas = sm_count(q.device) if persistent else 0
     fn, cfg, key = forward_kernel(
-        q.dtype, call.head_dim, call.groups, call.activation, call.causal, batch, not band.whole
+        q.dtype, call.head_dim, call.groups, call.activation, call.causal, batch, not band.whole, ctas
     )
     with torch.cuda.device(q.device):
         used_q, used_k = _band_vectors(call, band)
         cu_blocks = None
         if cfg.scheduler_hint:
             cu_blocks = tile_counts(call.q_offsets, cfg.tile_m, call.groups if cfg.pack_gqa else 1, used=used_q)
-        qk = _filled(q.device, (call.heads,), float(call.qk_scale))
+        qk = filled(q.device, (call.heads,), float(call.qk_scale))
         fn(
             q,
             k,
@@ -199,7 +182,8 @@ def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None):
             "kernel": "GDPAForwardSm90 (FA4 FlashAttentionForwardSm90)",
             "tile": [cfg.tile_m, cfg.tile_n],
             "pack_gqa": cfg.pack_gqa,
-            "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if cfg.scheduler_hint else ""),
+            "scheduler": (f"persistent, {cfg.persistent_ctas} CTAs" if cfg.persistent_ctas else "FA4 one tile per CTA")
+            + (" + tile-count hint" if cfg.scheduler_hint else ""),
             "band": band.describe(),
             "activation": call.activation,
             "compile_s": COMPILE_SECONDS.get(key, 0.0),
@@ -262,8 +246,6 @@ def _compile_backward(
         dk, dv = (make_fake_tensor(Float32, (h_kv, k_accum), divisibility=4) for _ in range(2))
     else:
         dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
-    cu_q, cu_k = fake_i32_vector(b1), fake_i32_vector(b1)
-    used_q, used_k = (fake_i32_vector(sym()), fake_i32_vector(sym())) if banded else (None, None)
     kernel = GDPABackwardSm90(
         dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
     )
@@ -279,10 +261,7 @@ def _compile_backward(
         dk,
         dv,
         Float32(1.0),
-        cu_q,
-        cu_k,
-        used_q,
-        used_k,
+        *_fake_varlen(b1, banded),
         None,
         None,
         None,
@@ -369,7 +348,7 @@ def backward_kernel(
 def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
     """(dq, dk, dv) like (q, k, v) with the rows of `band`'s sequences written (`out`: the tensors to write
     into, new when None)."""
-    do, q, k, v = (_as_kernel_operand(t) for t in (do, call.q, call.k, call.v))
+    do, q, k, v = (as_kernel_operand(t) for t in (do, call.q, call.k, call.v))
     dq, dk, dv = (_empty_like(t) for t in (q, k, v)) if out is None else out
     alpha, qk_scale = float(call.alpha), float(call.qk_scale)
     # the backward's masking (activations.MASKED_FLOOR) needs alpha > 0: act(alpha*(q.k)) with alpha < 0 is
@@ -391,7 +370,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
     tile_m, tile_n, mult = cfg.m_block_size, cfg.n_block_size, hdim_multiple(cfg)
     hdim_r = (head_dim + mult - 1) // mult * mult
     hint = batch > SCHEDULER_HINT_MIN_BATCH
-    dtype = _cute_dtype(q)
+    dtype = cute_dtype(q)
     q_rows = _padded_rows(q.shape[0], batch, tile_m)
     q_offsets, kv_offsets = call.q_offsets, call.kv_offsets
     with torch.cuda.device(q.device):
@@ -399,8 +378,8 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
         dq_accum = torch.zeros(heads, q_rows * hdim_r, dtype=torch.float32, device=q.device)
         # FA4's LSE and dPsum slots (one fp32 per query row, streamed with Q and dO): alpha and qk_scale
         rows_alloc = (heads, _bucket(q_rows))
-        alpha_rows = _filled(q.device, rows_alloc, alpha)
-        qk_rows = _filled(q.device, rows_alloc, qk_scale)
+        alpha_rows = filled(q.device, rows_alloc, alpha)
+        qk_rows = filled(q.device, rows_alloc, qk_scale)
         if groups > 1:
             k_rows = _padded_rows(k.shape[0], batch, tile_n)
             dk_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)

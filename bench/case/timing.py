@@ -1,0 +1,146 @@
+"""Honest timing: every sample kept, L2 flushed before each call, budgets in milliseconds (nvbench-style).
+
+GPU: one pair of CUDA events around each call; before each call the L2 is flushed by writing a buffer
+twice its size, so no call is timed on data the previous call left in cache. The warmup is a budget in
+ms turned into a count from a three-call estimate. `rep_ms` is the sum of the timed samples: they are
+taken in chunks that double, sized from the recent samples' mean, with a sync between chunks, until
+they add up to `rep_ms`, within [min_reps, max_reps] (`chunk_size`). Optional CUDA-graph mode replays a
+captured call (for tiny cases dominated by launch overhead). CPU (the smoke config under the Triton
+interpreter): wall clock per call, the same budget; the numbers only prove the pipeline works.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Samples:
+    times_ms: list[float]
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+
+    @classmethod
+    def of(cls, times: list[float]) -> Samples:
+        a = np.asarray(times, dtype=float)
+        return cls([float(t) for t in a], float(np.median(a)), float(np.percentile(a, 20)), float(np.percentile(a, 80)))
+
+
+_flush_buffers: dict[int, torch.Tensor] = {}
+
+
+def l2_flush_buffer(device: torch.device) -> torch.Tensor:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _flush_buffers:
+        l2 = getattr(torch.cuda.get_device_properties(idx), "L2_cache_size", 0) or 64 * 2**20
+        _flush_buffers[idx] = torch.empty(2 * l2, dtype=torch.int8, device=device)
+    return _flush_buffers[idx]
+
+
+def warmup_count(estimate_ms: float, warmup_ms: float) -> int:
+    return max(1, int(warmup_ms / max(estimate_ms, 1e-3)))
+
+
+def chunk_size(times_ms: list[float], rep_ms: float, min_reps: int, max_reps: int) -> int:
+    """How many more samples to take (0: done). Done at `max_reps`, or once the samples add up to
+    `rep_ms` with at least `min_reps` of them. The first chunk is `min_reps` samples; after that a chunk
+    is what the rest of the budget needs at the recent samples' mean (the later half: a clock that drops
+    under a power cap shows there first), at most as many as were taken so far (chunks double, as
+    `bench.monitor.run_for`'s batches do), so only the last chunk's error can overshoot the window."""
+    n, total = len(times_ms), math.fsum(times_ms)
+    if n >= max_reps or (n >= min_reps and total >= rep_ms):
+        return 0
+    if n == 0:
+        want = min_reps
+    else:
+        recent = times_ms[n // 2 :]
+        want = min(math.ceil((rep_ms - total) / max(math.fsum(recent) / len(recent), 1e-6)), n)
+    return min(max(want, min_reps - n, 1), max_reps - n)
+
+
+def time_cuda(
+    fn: Callable[[], object],
+    *,
+    warmup_ms: float,
+    rep_ms: float,
+    min_reps: int = 5,
+    max_reps: int = 2000,
+    flush_l2: bool = True,
+    cuda_graph: bool = False,
+    device: torch.device | None = None,
+) -> Samples:
+    device = device or torch.device("cuda", torch.cuda.current_device())
+    flush = l2_flush_buffer(device) if flush_l2 else None
+    call = fn
+    if cuda_graph:
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            fn()  # warm allocations on the side stream before capture
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        call = graph.replay
+    # estimate with a few flushed calls
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    est = []
+    for _ in range(3):
+        if flush is not None:
+            flush.zero_()
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize(device)
+        est.append(start.elapsed_time(end))
+    for _ in range(warmup_count(float(np.median(est)), warmup_ms)):
+        call()
+    times: list[float] = []
+    while n := chunk_size(times, rep_ms, min_reps, max_reps):
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            if flush is not None:
+                flush.zero_()
+            starts[i].record()
+            call()
+            ends[i].record()
+        torch.cuda.synchronize(device)
+        times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return Samples.of(times)
+
+
+def time_cpu(
+    fn: Callable[[], object], *, warmup_ms: float, rep_ms: float, min_reps: int = 3, max_reps: int = 50, **_
+) -> Samples:
+    fn()  # the caller has already warmed fn once: a second warmup call
+    times: list[float] = []
+    while chunk_size(times, rep_ms, min_reps, max_reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return Samples.of(times)
+
+
+def time_call(fn: Callable[[], object], timing, device: torch.device) -> Samples:
+    """Time `fn` on `device` as a config's `timing` section says (GPU: `time_cuda`, else `time_cpu`)."""
+    t = timing
+    window = dict(warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            return time_cuda(fn, **window, flush_l2=t.flush_l2, cuda_graph=t.cuda_graph, device=device)
+    return time_cpu(fn, **window)
+
+
+def sync_for(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None

@@ -1,0 +1,62 @@
+"""Which of a config's cases a command runs: `--only REGEX`, `--providers a,b` (labels), `--case-list`.
+
+Shared by `run`, `list`, `profile`, `submit` and the Python API; a bad value is a one-line `UsageError`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bench.config.cases import Case, select
+from bench.config.models import LoadedConfig
+from bench.errors import UsageError
+from kernels.registry import provider_names
+from support.inputs import InputError, MiB, read_regular
+from support.suggest import did_you_mean
+
+
+def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None) -> list[str] | None:
+    """`--providers a,b` as a list, each a label of the config or a registered provider name."""
+    if providers is None:
+        return None
+    wanted = [p.strip() for p in providers.split(",")] if isinstance(providers, str) else list(providers)
+    allowed = list(dict.fromkeys([*cfg.providers, *provider_names()]))
+    unknown = [p for p in wanted if p not in allowed]
+    if unknown:
+        raise UsageError(
+            f"--providers: unknown provider {unknown[0]!r}; allowed: {', '.join(allowed)}"
+            + did_you_mean(unknown[0], allowed)
+        )
+    return wanted
+
+
+def select_cases(cfg: LoadedConfig, only: str | None, providers: str | list[str] | None) -> list[Case]:
+    """The config's cases filtered by --only/--providers, with one-line errors for bad values."""
+    labels = parse_labels(cfg, providers)
+    if only:
+        try:
+            re.compile(only)
+        except re.error as exc:
+            raise UsageError(f"--only: not a valid regular expression: {exc}") from None
+    cases = select(cfg.cases, only, labels)
+    if not cases:
+        raise UsageError(f"{cfg.path}: no case matches --only/--providers")
+    return cases
+
+
+def restrict_to_list(cfg: LoadedConfig, cases: list[Case], case_list: str) -> list[Case]:
+    """The cases whose ids a `--case-list` file names (one per line: a shard's assignment)."""
+    try:
+        text = read_regular(case_list, kind="a file of case ids", max_bytes=64 * MiB, what=f"--case-list {case_list}")
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    wanted = {line for line in text.decode("utf-8", "replace").splitlines() if line.strip()}  # one id a line
+    unknown = wanted - {c.id for c in cfg.cases}
+    if unknown:
+        raise UsageError(
+            f"--case-list {case_list}: {len(unknown)} id(s) not in {cfg.path}, e.g. {sorted(unknown)[0]!r}"
+        )
+    cases = [c for c in cases if c.id in wanted]
+    if not cases:
+        raise UsageError(f"--case-list {case_list}: none of its cases matches --only/--providers")
+    return cases

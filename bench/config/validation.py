@@ -1,0 +1,63 @@
+"""A config's pydantic ValidationError as the one line a user reads (bench.config.models raises it as ConfigError)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from support.inputs import show
+from support.suggest import did_you_mean
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if p not in ("function-after",)) or "(top level)"
+
+
+def _model_at(loc: list, root: type[BaseModel]) -> type[BaseModel] | None:
+    """The config model that holds the field at `loc` (for the allowed names of an unknown field)."""
+    model: type[BaseModel] = root
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field_info = model.model_fields.get(part)
+        if field_info is None:
+            return None
+        found = [t for t in _types_in(field_info.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not found:
+            return None
+        model = found[0]
+    return model
+
+
+def _types_in(annotation: Any) -> list:
+    out, todo = [], [annotation]
+    while todo:
+        t = todo.pop()
+        out.append(t)
+        todo.extend(getattr(t, "__args__", ()))
+    return out
+
+
+def validation_message(exc: ValidationError, data: dict, path, root: type[BaseModel]) -> str:
+    """The first error of a config's validation as one line: the file, the field (a set by its name) and
+    what is allowed; an unknown field lists the allowed names and the closest one."""
+    err = exc.errors()[0]
+    loc = list(err["loc"])
+    holder = _model_at(loc, root) if err["type"] == "extra_forbidden" else None
+    # name sets by their `name` rather than their index, so the message points at the YAML
+    if len(loc) >= 2 and loc[0] == "sets" and isinstance(loc[1], int):
+        sets = data.get("sets") or []
+        if loc[1] < len(sets) and isinstance(sets[loc[1]], dict) and "name" in sets[loc[1]]:
+            loc[1] = sets[loc[1]]["name"]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+        if holder is not None:
+            names = list(holder.model_fields)
+            msg += f"; allowed: {', '.join(names)}{did_you_mean(loc[-1], names)}"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] in ("literal_error", "finite_number"):
+        msg = f"{msg}, got {show(err.get('input'))}"
+    return f"{path}: {_loc(tuple(loc))}: {msg}"

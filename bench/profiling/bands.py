@@ -1,0 +1,159 @@
+"""Length bands of one case: its batch split by sequence length (workloads.bands), each band's sub-batch
+built alone and run through the same correctness gate and timer as the whole case.
+
+What it answers: where the time of a jagged batch goes. Per band the share of the sequences, of the work
+and of the time (each band's median over the sum of the bands' medians), its TFLOP/s, and the sum of the
+bands against the whole batch's median (> 1: running the bands apart costs more than the batch — tails and
+launches; < 1: the whole batch pays for its mix). The batch's *jaggedness ceiling* is the tile efficiency
+of the whole batch at the kernel's tile × the kernel's long-sequence speed (the best TFLOP/s of its
+bands): what this kernel would reach if jaggedness cost nothing but the partial tiles.
+
+The record (`bands`, docs/DESIGN.md §6): {key, edges, rows: [per band: lo, hi, label, n_seqs, seq_share,
+work_pairs, work_share, tile_eff_64, tile_eff_128, flops, status, error, rel_err, median_ms, p20_ms, p80_ms,
+n_samples, tflops, time_share], sum_ms, whole_ms, sum_over_whole, tile, tile_source, tile_eff, long_band,
+long_tflops, ceiling_tflops, error}: every field is a row of the metric table (results.metrics).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from bench.case.faults import is_sticky_cuda_error
+from bench.case.gate import correctness
+from bench.case.timing import Samples
+from bench.config.cases import Case, dtype_of
+from kernels.registry import Provider
+from results.figures import tflops
+from support.text import one_line
+from workloads import make_batch
+from workloads.bands import band_table, bands_of, edges_for
+from workloads.stats import tile_efficiency
+
+ASSUMED_TILE = (128, 128)  # FA4's sm90 forward tile at head dim 128; used where a provider records none
+TILE_KEYS = {"fwd": ("fwd", "hopper_fwd"), "bwd": ("dkdv", "hopper_bwd"), "fwd_bwd": ("fwd", "hopper_fwd")}
+
+
+def kernel_tile(kernel_config: dict | None, mode: str) -> tuple[tuple[int, int], str]:
+    """The (query, key) tile the case's kernel ran, from its `kernel_config` (the GDPA op records each
+    launch's tiles; of a banded plan, the last launch: the longest band), else ASSUMED_TILE."""
+    found = None
+    for name, entry in (kernel_config or {}).items():
+        base = str(name).split(" ", 1)[0]
+        if base in TILE_KEYS.get(mode, ()) and isinstance(entry, dict):
+            tile = entry.get("tiles") or entry.get("tile")
+            if isinstance(tile, (list, tuple)) and len(tile) >= 2:
+                found = ((int(tile[0]), int(tile[1])), f"kernel_config[{name!r}]")
+    return found or (ASSUMED_TILE, "assumed (no tile recorded)")
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def time_band(
+    case: Case,
+    provider: Provider,
+    q: np.ndarray,
+    k: np.ndarray,
+    device: torch.device,
+    timer: Callable[[Callable], Samples],
+    gate: dict | None,
+) -> dict:
+    """One band's sub-batch: gate (when `gate` gives its tolerance and max_check_seqs), warm, time."""
+    w, spec = case.workload, case.spec
+    flops = w.flops(case.mode, (q, k))
+    out: dict = {"flops": flops, "status": None, "error": None, "rel_err": None}
+    batch = fn = None
+    try:
+        batch = make_batch(q, k, H=w.H, Hkv=w.Hkv, D=w.D, dtype=dtype_of(w.dtype), device=device, seed=w.seed)
+        reason = provider.unsupported(batch, spec)
+        if reason is not None:
+            return {**out, "status": "skipped", "error": reason}
+        if gate is not None:
+            c = correctness(provider, batch, spec, case.mode, gate["tolerance"], gate["max_check_seqs"], w.seed)
+            out["rel_err"] = c["rel_err"]
+            if not c["passed"]:
+                return {**out, "status": "incorrect", "error": f"rel_err {c['rel_err']:.3g} > {c['tolerance']:g}"}
+        fn = provider.build(batch, spec, case.mode)
+        fn()  # compile / autotune / the op's measured choice for this shape, outside the timed region
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        s = timer(fn)
+        rate = tflops(flops, s.median_ms)
+        out.update(
+            status="ok",
+            median_ms=s.median_ms,
+            p20_ms=s.p20_ms,
+            p80_ms=s.p80_ms,
+            n_samples=len(s.times_ms),
+            tflops=rate if rate == rate else None,
+        )
+    except torch.cuda.OutOfMemoryError as exc:
+        out.update(status="failed", error=f"out of memory: {one_line(exc)}")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a band that raises is recorded; the case and the sweep go on
+        if is_sticky_cuda_error(exc):
+            raise  # unless it faulted the GPU: then it is the case's (bench.case.faults)
+        out.update(status="failed", error=one_line(exc))
+    finally:
+        del fn, batch
+        _free(device)
+    return out
+
+
+def case_bands(
+    case: Case,
+    provider: Provider,
+    q_lengths: np.ndarray,
+    kv_lengths: np.ndarray,
+    edges: list[int] | None,
+    device: torch.device,
+    timer: Callable[[Callable], Samples],
+    gate: dict | None,
+    whole_ms: float | None,
+    kernel_config: dict | None,
+) -> dict:
+    """The `bands` record of one case (see the module doc)."""
+    q = np.asarray(q_lengths, dtype=np.int64)
+    k = np.asarray(kv_lengths, dtype=np.int64)
+    causal = case.workload.causal
+    edges = edges_for(q, k, edges)
+    rows = band_table(q, k, edges, causal)
+    for row, band in zip(rows, bands_of(edges), strict=True):
+        if row["n_seqs"] == 0:
+            row.update(status="empty", error=None)
+            continue
+        idx = band.members(q, k)
+        row.update(time_band(case, provider, q[idx], k[idx], device, timer, gate))
+    timed = [r for r in rows if r["status"] == "ok"]
+    complete = all(r["status"] in ("ok", "empty") for r in rows)
+    sum_ms = sum(r["median_ms"] for r in timed) if timed else None
+    for r in timed:
+        r["time_share"] = r["median_ms"] / sum_ms if sum_ms else None
+    tile, source = kernel_tile(kernel_config, case.mode)
+    eff = tile_efficiency(q, k, tile[0], tile[1], causal=causal)
+    best = max(timed, key=lambda r: r["tflops"] or 0.0, default=None)
+    return {
+        "key": "min(Lq, Lk)",
+        "edges": edges,
+        "rows": rows,
+        # the sum stands against the whole batch only when every non-empty band was timed
+        "sum_ms": sum_ms if complete else None,
+        "whole_ms": whole_ms,
+        "sum_over_whole": sum_ms / whole_ms if complete and sum_ms and whole_ms else None,
+        "tile": list(tile),
+        "tile_source": source,
+        "tile_eff": eff,
+        "long_band": best["label"] if best else None,
+        "long_tflops": best["tflops"] if best else None,
+        "ceiling_tflops": eff * best["tflops"] if best and best["tflops"] else None,
+        "error": None,
+    }

@@ -1,0 +1,110 @@
+"""Where a run is written, checked before anything runs: a run is never overwritten, mixed with a run of
+another config, or written outside the place the user named (docs/DESIGN.md §7).
+
+- a new run (`--out DIR`, or `<output_dir>/<name>-<UTC time>`): the folder must not already hold a run
+  (`results.json` or a multi-GPU plan: that is what `--resume` is for), must not be or sit under a file,
+  and its nearest existing folder must be writable;
+- `--resume DIR`: DIR must hold a readable results.json of schema `gdpa-bench/1` made from the same
+  config (name and sha256 of the file), unless `--force`.
+
+Every refusal is a one-line `UsageError`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from bench.config.models import LoadedConfig
+from bench.errors import UsageError
+from results.files import ResultsError, read_results
+from support.inputs import InputError, check_path_text
+
+PLAN_FILE = "multigpu.json"  # the plan of a sharded run (bench.shard.plan)
+
+
+def holds_run(path: Path) -> bool:
+    return (path / "results.json").exists() or (path / PLAN_FILE).exists()
+
+
+def folder_option(value, option: str) -> Path:
+    """The folder a command-line option or API argument names, after the checks every path gets (not
+    empty: `--out ''` was the current folder; no NUL; names within NAME_MAX, the whole within PATH_MAX)."""
+    try:
+        return Path(check_path_text(value, option))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_writable_folder(path: Path, where: str) -> None:
+    """`path` is, or can be made, a folder this process can write into (one-line UsageError)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{where}: is a file; allowed: a folder")
+    existing = path
+    while not existing.exists():
+        parent = existing.parent
+        if parent == existing:
+            break
+        existing = parent
+    if existing.exists() and not existing.is_dir():
+        raise UsageError(f"{where}: {existing} is a file, so no folder can be made under it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: {existing} is not writable (read-only or no permission)")
+
+
+def check_new_run_dir(path: Path, option: str) -> None:
+    """A new run may be written to `path`; `option` names where the path came from (`--out`, or the
+    config's `output_dir`) in the one-line error."""
+    path = folder_option(path, option)
+    where = f"{option} {path}"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{where}: is a file; allowed: a new folder, or an empty one")
+    if path.is_dir() and holds_run(path):
+        raise UsageError(f"{where}: already holds a run; continue it with --resume {path}, or choose another folder")
+    check_writable_folder(path, where)
+
+
+def check_resume(cfg: LoadedConfig, run_dir: Path, force: bool = False) -> dict:
+    """The results of the run `--resume run_dir` continues; refuses a run of another config unless
+    `force`."""
+    run_dir = folder_option(run_dir, "--resume")
+    if not run_dir.is_dir():
+        raise UsageError(f"--resume {run_dir}: no such folder")
+    if not (run_dir / "results.json").exists():
+        raise UsageError(f"--resume {run_dir}: no results.json there")
+    try:
+        data = read_results(run_dir)
+    except ResultsError as exc:
+        raise UsageError(f"--resume {run_dir}: {exc}") from None
+    meta = data["meta"]
+    theirs = (meta.get("config_name"), meta.get("config_sha256"))
+    if not force and theirs != (cfg.name, cfg.sha256):
+        sha = str(theirs[1] or "none")[:12]
+        raise UsageError(
+            f"--resume {run_dir}: that run was made from config {theirs[0]!r} ({meta.get('config')}, "
+            f"sha256 {sha}), not {cfg.name!r} ({cfg.path}, sha256 {cfg.sha256[:12]}); resuming would mix two "
+            "configs in one run: pass --force to continue it anyway"
+        )
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--resume {run_dir}: the folder is not writable (read-only or no permission)")
+    return data
+
+
+def resume_command(argv: list[str], run_dir: Path) -> str:
+    """The command that continues an interrupted run: the same arguments, `--out` dropped, `--resume
+    RUN_DIR` added (the parser takes no abbreviations, so this finds every --out/--resume)."""
+    args, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+            continue
+        if x in ("--out", "--resume"):
+            skip = True
+            continue
+        if x.startswith(("--out=", "--resume=")):
+            continue
+        args.append(x)
+    prog = "gdpa-bench" if Path(sys.argv[0]).name == "gdpa-bench" else "python -m bench"
+    return f"{prog} {shlex.join([*args, '--resume', str(run_dir)])}"
