@@ -20,8 +20,11 @@ VIEWS = {
         "kernels.rows",
         "Kernel breakdown",
         "The kernels one call launches: a short profiler pass after the timed samples, the L2 flushed before "
-        "each call as in the samples, with launches and time per call (plot: kernel_breakdown). A kernel sum "
-        "below the median is launch gaps and host work between kernels.",
+        "each call as in the samples, with launches and time per call (plot: kernel_breakdown). Each kernel is "
+        'placed in its call by the launch API call it links to in the trace, on any thread ("launch"), else '
+        "by its device time. A kernel sum below the median is launch gaps and host work between kernels; a case "
+        "whose GPU idled more than 10% of the call is host-bound: its median times the host, and its CUDA-graph "
+        "time (timing.cuda_graph) the GPU.",
     ),
     "counters": (
         "counters.status",
@@ -39,9 +42,11 @@ VIEWS = {
         "Length bands",
         "Each case's batch split by min(Lq, Lk), every band's sub-batch gated and timed alone: its share of the "
         "sequences, the work and the time (its median over the bands' sum; plot: length_bands), and the bands' "
-        "sum against the whole batch. The jaggedness ceiling is the batch's tile efficiency at the kernel's "
-        "tile × the kernel's long-sequence speed (its fastest band): what it would reach if jaggedness cost "
-        "only the partial tiles.",
+        "sum against the whole batch. Each band is measured as the whole case is (the same timer and flush, "
+        "its kernels, its GPU idle share); a band of short sequences launched alone can be host-bound, and a "
+        "sum more than 10% from the whole batch says why. The jaggedness ceiling is the batch's tile efficiency "
+        "at the kernel's tile × the kernel's long-sequence speed (its fastest band): what it would reach if "
+        "jaggedness cost only the partial tiles.",
     ),
 }
 
@@ -78,6 +83,33 @@ def view_blocks(cases: pd.DataFrame, view: str) -> list:
     )
     blocks.append(Section(f"{VIEWS[view][2]}: every row", [long], collapsed=view == "kernels"))
     return blocks
+
+
+MAX_NAMED = 5  # cases a warning names before "and N more"
+
+
+def _named(ids: list[str]) -> str:
+    more = f" and {len(ids) - MAX_NAMED} more" if len(ids) > MAX_NAMED else ""
+    return ", ".join(ids[:MAX_NAMED]) + more
+
+
+def profiling_warnings(cases: pd.DataFrame) -> list[str]:
+    """The overview's lines about the views: host-bound cases, and band cases whose bands do not sum to
+    within 10% of the whole batch (with why)."""
+    out = []
+    if "host_bound" in cases:
+        judged = cases[cases["host_bound"].notna()]
+        bound = judged[judged["host_bound"].astype(bool)]
+        if len(bound):
+            out.append(
+                f"{len(bound)} of {len(judged)} cases with a GPU breakdown are host-bound (the GPU idled more than "
+                f"10% of the call, `host_bound`): their medians time the host's work per call, their kernel sum "
+                f"and CUDA-graph time (`timing.cuda_graph`) the GPU's: {_named(list(bound['id']))}."
+            )
+    if "bands.why" in cases:
+        apart = cases[cases["bands.why"].notna()]
+        out += [f"{r['id']}: {r['bands.why']}." for _, r in apart.iterrows()]
+    return out
 
 
 def profiling_section(cases: pd.DataFrame) -> Section | None:

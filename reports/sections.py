@@ -18,7 +18,7 @@ from reports.document import DASH, Image, Section, Table, cell, fmt, fmt_date, i
 from reports.environment import environment_table
 from reports.plots import load_plot_modules
 from reports.plots.registry import registered
-from reports.profiling import profiling_section
+from reports.profiling import profiling_section, profiling_warnings
 from results.frame import provider_label
 from results.metrics import WORKLOAD_METRICS, shown_in
 from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
@@ -78,7 +78,7 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
     mon = meta.get("monitor") if isinstance(meta.get("monitor"), dict) else None
     if mon is not None and mon.get("available") is False:
         out.append(f"No power data: {mon.get('unavailable_reason') or 'monitor unavailable'}.")
-    return out
+    return out + profiling_warnings(cases)
 
 
 def _summary(cases: pd.DataFrame, baseline: str | None, ratios: bool = True) -> Table:

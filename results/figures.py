@@ -9,6 +9,8 @@ them; nothing recounts.
   case's dtype (`meta.peak_tflops[dtype]`) or the GEMM ceiling measured in the same run
   (`meta.measured_gemm_tflops`, a number or a {dtype: number} mapping).
 - Energy per call = average W · median_ms / 1000 (the runner's energy loop records it from the counter).
+- GPU idle share of a call = 1 − kernel time / timed median (≥ 0); above 10% the call is `host_bound`: the
+  host, not the GPU, sets its time (docs/DESIGN.md §5).
 - `min_bytes`: the compulsory HBM traffic of a case (each input read once, each output written once).
   With Q = total_q·H·D and K = total_kv·Hkv·D elements, elem = 2 bytes (bf16/fp16) or 4 (fp32):
     fwd:      read q, k, v; write o                           -> elem · (2Q + 2K)
@@ -92,6 +94,24 @@ def tflops_per_watt(achieved_tflops: Any, avg_w: Any) -> float:
     if math.isnan(a) or math.isnan(w) or w <= 0:
         return math.nan
     return a / w
+
+
+HOST_BOUND_IDLE = 0.10  # GPU idle above this share of the timed call: host-bound
+
+
+def idle_share(kernel_ms: Any, median_ms: Any) -> float:
+    """The share of a timed call the GPU ran none of its kernels: 1 − kernel_ms / median_ms, at least 0
+    (kernels on several streams can overlap past the median); NaN when unknown."""
+    k, m = number(kernel_ms), number(median_ms)
+    if not (math.isfinite(k) and math.isfinite(m) and m > 0):
+        return math.nan
+    return max(0.0, 1.0 - k / m)
+
+
+def host_bound(kernel_ms: Any, median_ms: Any) -> bool | None:
+    """The GPU idle more than HOST_BOUND_IDLE of the call; None when unknown."""
+    idle = idle_share(kernel_ms, median_ms)
+    return None if math.isnan(idle) else bool(idle > HOST_BOUND_IDLE)
 
 
 def ceiling_for(value: Any, dtype: str | None) -> float:

@@ -32,7 +32,7 @@ class Metric:
     """One field: `name` is its path in the record (`power.avg_w`: key `avg_w` of the block `power`;
     `kernels.rows.ms`: column `ms` of the table `kernels.rows`) and its frame column. `source` says what
     writes it: a stage of the runner (`config`, `provider`, `gate`, `timer`, `monitor`, `energy loop`,
-    `overhead check`, `breakdown`, `bands`, `runner`), `lengths` (the statistics of the drawn lengths:
+    `overhead check`, `graph`, `breakdown`, `bands`, `runner`), `lengths` (the statistics of the drawn lengths:
     workloads.stats), `profile` (Nsight Compute), `merge`, or `frame` (derived when results are read).
     `kind`: number, text, flag, list, object (kept whole), block (a dict whose keys are the rows `name.*`),
     table (a list of dicts whose keys are the rows `name.*`). `optional`: present only where it applies

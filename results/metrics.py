@@ -217,6 +217,19 @@ METRICS: tuple[Metric, ...] = (
     Metric("kernels_over_median", "", "frame", "kernels.sum_ms / median_ms", "below 1: launch gaps and host work "
       "between kernels", shown=("kernels",), header="sum / median", fmt="frac",
       derive=derived.ratio_column("kernels.sum_ms", "median_ms")),
+    Metric("kernels.idle_share", "fraction", "breakdown", "1 − sum_ms / median_ms (≥ 0)", "GPU: the share of the "
+      "timed call the GPU ran none of its kernels", shown=("kernels",), header="GPU idle"),
+    Metric("host_bound", "", "breakdown", "kernels.idle_share > 0.1", "the GPU idled more than 10% of the timed call: "
+      "the host sets its time (null without a GPU breakdown)", kind="flag", shown=("kernels",), header="host-bound"),
+    Metric("cuda_graph", "", "graph", "", "the call's device time from CUDA-graph replay beside the event-timed "
+      "median (`timing.cuda_graph`; bench.case.graph_timing)", kind="block", optional=True),
+    Metric("cuda_graph.ms", "ms", "graph", "(median replay of calls + flushes − of flushes) / calls",
+      "device time per call, no host work between calls", shown=("kernels",), header="graph ms"),
+    Metric("cuda_graph.calls", "count", "graph", "", "calls captured per graph"),
+    Metric("cuda_graph.replays", "count", "graph", "", "timed replays of each graph"),
+    Metric("cuda_graph.flush_ms", "ms", "graph", "", "the L2 flush per call, subtracted"),
+    Metric("cuda_graph.error", "", "graph", "", "null, or why the call could not be captured (its event timing "
+      "stands)", kind="text", shown=("kernels",), header="graph error"),
     Metric("kernels.n_kernels", "launches", "breakdown", "Σ rows.calls", "kernel launches per call", shown=("kernels",),
       header="launches"),
     Metric("kernels_top", "", "frame", "", "the longest kernels by short name and share", kind="text",
@@ -230,7 +243,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("kernels.rows.ms", "ms", "breakdown", "", "its time per call", shown=("kernels",), header="ms per call"),
     Metric("kernels.rows.share", "fraction", "breakdown", "ms / sum_ms", "its share of the kernel time",
       shown=("kernels",), header="share"),
-    Metric("kernels.unattributed_ms", "ms", "breakdown", "", "GPU: device time per call no launching op claimed (~0)"),
+    Metric("kernels.rows.rule", "", "breakdown", "", "GPU: what placed it in the call (bench.profiling.trace_events): "
+      "launch (its launch API call ran in the call's range) · device time (no launch recorded: its GPU start)",
+      kind="text", shown=("kernels",), header="placed by"),
+    Metric("kernels.unattributed_ms", "ms", "breakdown", "", "GPU: device time per call that no rule placed in a call, "
+      "a flush or the warm-up (~0)"),
+    Metric("kernels.trace", "", "breakdown", "", "the pass's Kineto trace, from the run folder (`breakdown.trace`, "
+      "`profile --trace`; Perfetto's JSON loader opens it)", kind="text"),
     Metric("kernels.error", "", "breakdown", "", "null, or why there is no breakdown (the case stays ok)", kind="text",
       shown=("kernels",), header="breakdown error"),
     Metric("counters", "", "profile", "", "Nsight Compute over one call, clocks untouched (bench.profiling.counters; "
@@ -288,6 +307,13 @@ METRICS: tuple[Metric, ...] = (
       header="whole ms"),
     Metric("bands.sum_over_whole", "", "bands", "sum_ms / whole_ms", "above 1: the bands apart cost more than the "
       "batch (tails, launches)", fmt="frac", shown=("bands",), header="sum / whole"),
+    Metric("bands.kernel_sum_ms", "ms", "bands", "Σ rows.kernel_ms", "the bands' kernel times summed (GPU runs with "
+      "the breakdown; null unless every band was timed)"),
+    Metric("bands.kernel_sum_over_whole", "", "bands", "kernel_sum_ms / kernels.sum_ms", "the same against the whole "
+      "batch's kernels: near 1 while sum / whole is not: host time", fmt="frac", shown=("bands",),
+      header="kernel sum / whole"),
+    Metric("bands.why", "", "bands", "", "null when the bands sum within 10% of the whole batch, else why not",
+      kind="text", shown=("bands",), header="why not within 10%"),
     Metric("bands.tile", "tokens", "bands", "", "the (query, key) tile of the kernel", kind="list", fmt="tile",
       shown=("bands",), header="tile"),
     Metric("bands.tile_source", "", "bands", "", "the kernel_config entry it came from, else assumed (128×128)",
@@ -327,6 +353,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("bands.rows.p20_ms", "ms", "bands", "", "its 20th percentile"),
     Metric("bands.rows.p80_ms", "ms", "bands", "", "its 80th percentile"),
     Metric("bands.rows.n_samples", "count", "bands", "", "its timed samples"),
+    Metric("bands.rows.kernel_ms", "ms", "bands", "kernels.sum_ms of the band", "its kernels' time per call",
+      shown=("bands",), header="kernel ms"),
+    Metric("bands.rows.idle_share", "fraction", "bands", "1 − kernel_ms / median_ms (≥ 0)", "its host-bound share: "
+      "of its call, the time the GPU idled", shown=("bands",), header="GPU idle"),
+    Metric("bands.rows.graph_ms", "ms", "bands", "as cuda_graph.ms", "its CUDA-graph device time "
+      "(`timing.cuda_graph`)", shown=("bands",), header="graph ms"),
+    Metric("bands.rows.note", "", "bands", "", "null, or why kernel_ms or graph_ms is missing", kind="text"),
     Metric("bands.rows.time_share", "fraction", "bands", "median_ms / sum_ms", "its share of the bands' time",
       shown=("bands",), header="time share"),
     Metric("bands.rows.tflops", "TFLOP/s", "bands", "flops / median_ms", "its rate", shown=("bands",),

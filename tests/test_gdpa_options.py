@@ -283,7 +283,13 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
     from kernels.gdpa import choice
     from kernels.gdpa.plan import candidates, label
 
-    speed = {"triton[0, 512)+hopper[512, inf)": 2.0, "triton": 1.0, "hopper": 3.0}
+    speed = {
+        "triton[0, 512)+hopper[512, inf)": 2.0,
+        "triton": 1.0,
+        "hopper": 3.0,
+        "triton[0, 256)+hopper[256, inf)": 2.5,
+        "triton[0, 1024)+hopper[1024, inf)": 1.5,
+    }
     current, runs = [None], []
 
     def fake_time(fn):
@@ -302,17 +308,33 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
     with fake_hopper():
         options = GDPAOptions()
         found = candidates("fwd", call, options)
-        assert [len(c) for c in found] == [2, 1, 1]  # the table's plan, then each backend alone
+        # the table's plan, each backend alone, then the splits of backends.SPLITS not yet among them
+        assert [label(c) for c in found] == [
+            "triton[0, 512)+hopper[512, inf)",
+            "hopper",
+            "triton",
+            "triton[0, 256)+hopper[256, inf)",
+            "triton[0, 1024)+hopper[1024, inf)",
+        ]
         stages, measured = choice.plan_for("fwd", call, options, run)
         assert [s.backend for s in stages] == ["triton"] and measured == speed
-        assert runs == [label(c) for c in found for _ in (0, 1)]  # a warm-up run and a timed run each
-        assert choice.plan_for("fwd", call, options, run) == (stages, speed) and len(runs) == 6  # cached
+        # a warm-up run each, then choice.ROUNDS timed rounds over all candidates in turn
+        assert runs == [label(c) for c in found] * (1 + choice.ROUNDS)
+        n = len(runs)
+        assert choice.plan_for("fwd", call, options, run) == (stages, speed) and len(runs) == n  # cached
         # another shape class (other max lengths) measures again; a pinned backend times nothing
         other = _call(b, 8192, 8192, self_attention=True)
-        assert choice.plan_for("fwd", other, options, run)[1] == speed and len(runs) == 12
+        assert choice.plan_for("fwd", other, options, run)[1] == speed and len(runs) == 2 * n
         pinned = GDPAOptions(backend="hopper")
         assert choice.plan_for("fwd", call, pinned, run) == (candidates("fwd", call, pinned)[0], None)
-        assert len(runs) == 12
+        assert len(runs) == 2 * n
+        # a split whose edge no sequence reaches is not a candidate; max 300 reaches 256 only
+        short = _call(b, 300, 300, self_attention=True)
+        assert [label(c) for c in candidates("fwd", short, options)] == [
+            "triton",
+            "hopper",
+            "triton[0, 256)+hopper[256, inf)",
+        ]
         # a candidate that raises is not skipped in silence
         choice.forget()
 

@@ -250,34 +250,6 @@ def _ev(name, start, end, kernels=(), device="cpu"):
     return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end), kernels=ks, device_type=dt)
 
 
-def test_device_attribution_by_launch_window_on_any_thread():
-    events = [
-        _ev(bd.WARM_RANGE, 0, 10),
-        _ev("aten::mm", 1, 2, [("gemm", 50.0)]),  # the warm call: not counted
-        _ev(bd.FLUSH_RANGE, 20, 30),
-        _ev("aten::fill_", 21, 22, [("fill", 5.0)]),
-        _ev(bd.CALL_RANGE, 40, 60, [("triton_k", 8.0)]),  # a Triton launch claimed by the range itself
-        _ev("autograd::engine::evaluate_function", 45, 50, [("dq", 30.0), ("memset", 1.0)]),  # another thread
-        _ev(bd.FLUSH_RANGE, 70, 80),
-        _ev("aten::fill_", 71, 72, [("fill", 5.0)]),
-        _ev(bd.CALL_RANGE, 90, 110, [("triton_k", 10.0)]),
-        _ev("autograd::engine::evaluate_function", 95, 96, [("dq", 34.0), ("memset", 1.0)]),
-        _ev("stray", 200, 201, [("later", 99.0)]),  # outside every window
-        _ev(bd.CALL_RANGE, 40, 60, device="cuda"),  # the GPU-side projection of a range is no window
-    ]
-    totals, flushed, other_us = bd.device_totals(events)
-    assert totals == {"triton_k": [18.0, 2], "dq": [64.0, 2], "memset": [2.0, 2]}
-    assert flushed == 2 and other_us == 50 + 5 + 5 + 99
-    rec = bd.summarize(totals, 2, "cuda")
-    assert [r["name"] for r in rec["rows"]] == ["dq", "triton_k", "memset"]
-    assert rec["sum_ms"] == pytest.approx(84 / 2 / 1e3) and rec["n_kernels"] == 3
-    assert rec["rows"][0]["ms"] == pytest.approx(0.032) and rec["rows"][0]["calls"] == 1
-    assert sum(r["share"] for r in rec["rows"]) == pytest.approx(1.0)
-    many = bd.summarize({f"k{i}": [float(i + 1), 1] for i in range(40)}, 1, "cuda")
-    assert len(many["rows"]) == bd.MAX_ROWS and many["rows"][-1]["name"] == "(other)"
-    assert many["sum_ms"] == pytest.approx(sum(range(1, 41)) / 1e3)
-
-
 def test_cpu_breakdown_lists_the_ops_of_a_call():
     a = torch.randn(64, 64)
     rec = bd.kernel_breakdown(lambda: (a @ a).relu_(), torch.device("cpu"), calls=3)
@@ -332,7 +304,12 @@ def test_breakdown_in_a_run_follows_the_config(tmp_path):
         k = c["kernels"]
         assert k["source"] == "cpu" and k["error"] is None and k["profiled_calls"] == 2 and k["rows"]
         assert 0 < k["sum_ms"] and all(r["calls"] > 0 for r in k["rows"])
-    assert results(on)["meta"]["profiling_config"]["breakdown"] == {"enabled": True, "calls": 2, "warm_ms": 200.0}
+    assert results(on)["meta"]["profiling_config"]["breakdown"] == {
+        "enabled": True,
+        "calls": 2,
+        "warm_ms": 200.0,
+        "trace": False,
+    }
     csv = pd.read_csv(on / "results.csv")
     assert json.loads(csv["kernels.rows"].iloc[0])[0]["name"]  # a table inside a case is JSON in the CSV
     assert len(pd.read_parquet(on / "results.parquet")) == len(csv)

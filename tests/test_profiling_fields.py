@@ -66,13 +66,15 @@ def run(tmp_path_factory):
 def test_the_records_hold_exactly_the_declared_fields(run):
     cases = json.loads((run / "results.json").read_text())["cases"]
     for c in cases:
-        assert set(c["kernels"]) == keys_of("kernels") - {"unattributed_ms"}  # a GPU breakdown adds it
-        assert {k for r in c["kernels"]["rows"] for k in r} == keys_of("kernels.rows")
+        # a GPU breakdown adds the device-side keys; `trace` only where a trace was asked for
+        assert set(c["kernels"]) == keys_of("kernels") - {"unattributed_ms", "idle_share", "trace"}
+        assert {k for r in c["kernels"]["rows"] for k in r} == keys_of("kernels.rows") - {"rule"}
         assert set(c["bands"]) == keys_of("bands")
         ok = [r for r in c["bands"]["rows"] if r["status"] == "ok"]
         assert ok and all(set(r) == keys_of("bands.rows") for r in ok)
-    gpu = bd.summarize({"k": [10.0, 1]}, 1, "cuda") | {"unattributed_ms": 0.0}
-    assert set(gpu) == keys_of("kernels")
+    gpu = bd.summarize({"k": [10.0, 1]}, 1, "cuda", lambda name: "launch")
+    gpu |= {"unattributed_ms": 0.0, "idle_share": 0.0, "trace": "traces/k.json"}
+    assert set(gpu) == keys_of("kernels") and set(gpu["rows"][0]) == keys_of("kernels.rows")
     counters = summarize([ncu_kernel()], 1e9)
     assert set(counters) == keys_of("counters")
     assert set(counters["kernels"][0]) == keys_of("counters.kernels")

@@ -21,9 +21,9 @@ ALLOWED = {pkg: set(PACKAGES[: i + 1]) for i, pkg in enumerate(PACKAGES)}
 # (bench/__init__.py: `bench.run`, bench/__main__.py) are the top.
 BENCH_LAYERS = ("errors", "config", "monitor", "case", "profiling", "sweep", "shard", "cli", "__main__", "")
 # Under bench/ only the report step draws for people: `render` (a finished run's report) and the commands
-# that present results. The runner, the shard merge and the monitor write through the results layer and
-# never import the presentation.
-REPORT_STEP = {"bench.sweep.report", "bench.cli.reporting"}
+# that present results (`history` draws history.html). The runner, the shard merge and the monitor write
+# through the results layer and never import the presentation.
+REPORT_STEP = {"bench.sweep.report", "bench.cli.reporting", "bench.cli.history"}
 # The results layer is the contract, not a picture of it.
 PRESENTATION = ("reports", "matplotlib")
 MAX_LINES = 500

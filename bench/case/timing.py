@@ -4,9 +4,10 @@ GPU: one pair of CUDA events around each call; before each call the L2 is flushe
 twice its size, so no call is timed on data the previous call left in cache. The warmup is a budget in
 ms turned into a count from a three-call estimate. `rep_ms` is the sum of the timed samples: they are
 taken in chunks that double, sized from the recent samples' mean, with a sync between chunks, until
-they add up to `rep_ms`, within [min_reps, max_reps] (`chunk_size`). Optional CUDA-graph mode replays a
-captured call (for tiny cases dominated by launch overhead). CPU (the smoke config under the Triton
-interpreter): wall clock per call, the same budget; the numbers only prove the pipeline works.
+they add up to `rep_ms`, within [min_reps, max_reps] (`chunk_size`). The samples are always event-timed
+calls as a user makes them; `timing.cuda_graph` adds a device time from CUDA-graph replay beside them,
+after them (bench.case.graph_timing). CPU (the smoke config under the Triton interpreter): wall clock per call,
+the same budget; the numbers only prove the pipeline works.
 """
 
 from __future__ import annotations
@@ -73,22 +74,11 @@ def time_cuda(
     min_reps: int = 5,
     max_reps: int = 2000,
     flush_l2: bool = True,
-    cuda_graph: bool = False,
     device: torch.device | None = None,
 ) -> Samples:
     device = device or torch.device("cuda", torch.cuda.current_device())
     flush = l2_flush_buffer(device) if flush_l2 else None
     call = fn
-    if cuda_graph:
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            fn()  # warm allocations on the side stream before capture
-        torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        call = graph.replay
     # estimate with a few flushed calls
     torch.cuda.synchronize(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -136,7 +126,7 @@ def time_call(fn: Callable[[], object], timing, device: torch.device) -> Samples
     window = dict(warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            return time_cuda(fn, **window, flush_l2=t.flush_l2, cuda_graph=t.cuda_graph, device=device)
+            return time_cuda(fn, **window, flush_l2=t.flush_l2, device=device)
     return time_cpu(fn, **window)
 
 

@@ -358,6 +358,12 @@ def profile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", metavar="RUN_DIR", help="store the results in this run's results.json")
     parser.add_argument("--keep", action="store_true", help="keep the .ncu-rep (under RUN_DIR/ncu/ with --run)")
     options.bands(parser)
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="keep each case's Kineto trace (RUN_DIR/traces/*.json, for Perfetto) from a kernel breakdown of it: "
+        "with --run the recorded cases are profiled again (their breakdown replaced), else a new run of them",
+    )
     options.device(parser)
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench.cli import commands, reporting
+from bench.cli import commands, history, reporting
 from bench.errors import EXIT_BAD_INPUT, MAX_LINE, ConfigError, UsageError
 from bench.sweep.signals import command_started, entry_signal
 from results.files import ResultsWriteError
 from support.text import one_line
 
-COMMANDS = (*commands.COMMANDS, *reporting.COMMANDS)
+COMMANDS = (*commands.COMMANDS, *reporting.COMMANDS, *history.COMMANDS)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -10,6 +10,11 @@ With `--bands [--band-edges 64,128,...]`: each selected case's batch split into 
 timed alone (bench.profiling.bands). With `--run`, the bands of the cases recorded ok there are added to that run
 (against its whole-batch medians); without it, the selected cases run as a new run folder with their bands.
 No ncu is needed for the bands. The report is redrawn either way.
+
+With `--trace` (alone or with `--bands`): each selected case's kernel breakdown with its Kineto trace kept
+as RUN_DIR/traces/<case id>-<hash>.json (bench.profiling.breakdown; Perfetto's JSON loader opens it). With `--run`
+the cases recorded ok there are built and profiled again, their `kernels` (and `host_bound`) replaced;
+without it they run as a new run folder with `breakdown.trace` on.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from bench.config.resources import check_run_fits
 from bench.config.selection import select_cases
 from bench.errors import UsageError
 from bench.profiling.bands import case_bands
+from bench.profiling.breakdown import failed
 from bench.profiling.counters import collect, find_ncu
+from bench.profiling.views import CaseProfiling
 from bench.sweep.environments import refuse_in_process
 from bench.sweep.report import render
 from bench.sweep.rundir import check_new_run_dir
@@ -58,10 +65,10 @@ def _run_dir(a) -> Path | None:
 def profile(cfg, a) -> int:
     cases = select_cases(cfg, a.only, a.providers)
     refuse_in_process(cases, "profile (its cases run in the harness's own environment)")
-    if a.bands:
-        return profile_bands(cfg, cases, a)
-    if a.band_edges is not None:
+    if a.band_edges is not None and not a.bands:
         raise UsageError("--band-edges: only with --bands")
+    if a.bands or a.trace:
+        return profile_views(cfg, cases, a)
     ncu = find_ncu()
     if ncu is None:
         raise UsageError(
@@ -100,13 +107,16 @@ def profile(cfg, a) -> int:
     return 0 if all(r["counters"]["status"] == "ok" for r in results.values()) else 1
 
 
-def profile_bands(cfg, cases, a) -> int:
+def profile_views(cfg, cases, a) -> int:
+    """`--bands` and/or `--trace`: the views that run with their case, not under ncu."""
     edges = a.band_edges if a.band_edges is not None else cfg.model.bands.edges
     run_dir = _run_dir(a)
     check_device_option(cfg.model.device, a.device)
     device = resolve_device(cfg.model.device, a.device)
-    if run_dir is None:  # a new run of the selected cases, each with its bands (and no ncu: --bands needs none)
-        model = cfg.model.model_copy(update={"bands": Bands(only=a.only, edges=edges), "counters": Counters()})
+    traced = cfg.model.breakdown.model_copy(update={"enabled": True, "trace": True}) if a.trace else None
+    if run_dir is None:  # a new run of the selected cases, with their views (and no ncu: neither needs it)
+        update = {"counters": Counters(), "bands": Bands(only=a.only, edges=edges) if a.bands else Bands()}
+        model = cfg.model.model_copy(update=update | ({"breakdown": traced} if traced else {}))
         out, option = default_run_dir(cfg), f"{cfg.path}: output_dir:"
         check_new_run_dir(out, option)
         check_run_fits(cases, device, cfg.model.correctness.enabled)
@@ -117,7 +127,11 @@ def profile_bands(cfg, cases, a) -> int:
         print(f"stored in {out / 'results.json'}")
         return 0 if drawn else 1
     with run_folder_lock(run_dir, "--run"):
-        return _add_bands(cfg, cases, run_dir, edges, device)
+        code = _add_bands(cfg, cases, run_dir, edges, device) if a.bands else 0
+        if traced is not None and code == 0:
+            model = cfg.model.model_copy(update={"breakdown": traced})
+            code = _add_traces(replace(cfg, model=model), cases, run_dir, device)
+        return code
 
 
 def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
@@ -128,7 +142,8 @@ def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
     if not todo:
         raise UsageError(f"--run {run_dir}: none of the selected cases is recorded ok there")
     m = cfg.model
-    gate = {"tolerance": m.correctness.tolerance, "max_check_seqs": m.correctness.max_check_seqs}
+    # each band measured as a case of a run is (bench.profiling.views): the run's timer, graph time, breakdown
+    views = CaseProfiling(m, device, lambda fn: time_call(fn, m.timing, device), run_dir)
     writer = ResultsWriter.of(run_dir, data)
     for w, group in groupby(todo, key=lambda c: c.workload):
         q, kv = w.lengths()
@@ -137,18 +152,7 @@ def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
             provider = get_provider(case.provider.name, case.provider.options or None)
             print(f"length bands of {case.id} ...", flush=True)
             try:
-                bands = case_bands(
-                    case,
-                    provider,
-                    q,
-                    kv,
-                    edges,
-                    device,
-                    lambda fn: time_call(fn, m.timing, device),
-                    gate if m.correctness.enabled else None,
-                    rec.get("median_ms"),
-                    rec.get("kernel_config"),
-                )
+                bands = case_bands(case, provider, q, kv, edges, device, views.measure, views.gate(), rec)
             except Exception as exc:
                 if not is_sticky_cuda_error(exc):
                     raise
@@ -159,6 +163,41 @@ def _add_bands(cfg, cases, run_dir: Path, edges, device) -> int:
                 print(f"error: {case.id}: {why}; the cases after it were not split", file=sys.stderr)
                 return 1
             writer.update_cases({case.id: {"bands": bands}})
+    drawn = render(run_dir)
+    print(f"stored in {run_dir / 'results.json'}")
+    return 0 if drawn else 1
+
+
+def _add_traces(cfg, cases, run_dir: Path, device) -> int:
+    """The selected cases recorded ok in `run_dir`, built and profiled again with their traces kept."""
+    data = read_results(run_dir)
+    recorded = {c["id"]: c for c in data["cases"] if c.get("status") == "ok"}
+    todo = [c for c in cases if c.id in recorded]
+    if not todo:
+        raise UsageError(f"--run {run_dir}: none of the selected cases is recorded ok there")
+    views = CaseProfiling(cfg.model, device, lambda fn: time_call(fn, cfg.model.timing, device), run_dir)
+    writer = ResultsWriter.of(run_dir, data)
+    for w, group in groupby(todo, key=lambda c: c.workload):
+        batch = w.batch(device)
+        for case in group:
+            print(f"trace of {case.id} ...", flush=True)
+            fn, rec = None, dict(recorded[case.id])
+            try:
+                provider = get_provider(case.provider.name, case.provider.options or None)
+                fn = provider.build(batch, case.spec, case.mode)
+                fn()  # compile / autotune / the op's measured choice, as the run did before its samples
+                kernels = views.breakdown(fn, case.id)
+            except Exception as exc:
+                if is_sticky_cuda_error(exc):
+                    why = f"the GPU faulted while it was traced: {one_line(exc)}"
+                    print(f"error: {case.id}: {why}; the cases after it were not traced", file=sys.stderr)
+                    return 1
+                kernels = failed(f"the case could not be built again: {one_line(exc)}", 1, device)
+            views.idle(kernels, rec)
+            writer.update_cases({case.id: {"kernels": kernels, "host_bound": rec.get("host_bound")}})
+            print(f"  {kernels.get('trace') or kernels.get('error')}", flush=True)
+            del fn
+        del batch
     drawn = render(run_dir)
     print(f"stored in {run_dir / 'results.json'}")
     return 0 if drawn else 1

@@ -4,6 +4,8 @@
       enabled: null      # null: on for GPU runs, off on the CPU; true / false force it
       calls: 3           # calls profiled per case
       warm_ms: 200       # back-to-back uncounted calls first, so the counted ones run at the timed clocks
+      trace: false       # keep the Kineto trace (RUN_DIR/traces/<case id>-<hash>.json, for Perfetto) of
+                         # every case (true) or of the cases a regex matches
     counters:            # Nsight Compute per selected case, after the sweep (one ncu process for all)
       only: REGEX        # the case ids to profile (none: off)
       keep: false        # keep the .ncu-rep under RUN_DIR/ncu/
@@ -48,6 +50,20 @@ class Breakdown(_Section):
     enabled: bool | None = None
     calls: int = Field(3, ge=1, le=100)
     warm_ms: float = Field(200.0, ge=0, le=10_000)
+    trace: bool | str = False
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _trace(cls, v):
+        if isinstance(v, str):
+            return check_regex(v)
+        if not isinstance(v, bool):
+            raise ValueError(f"{v!r}; allowed: true, false, or a regex over case ids")
+        return v
+
+    def traced(self, case_id: str) -> bool:
+        """Whether `case_id`'s trace is kept."""
+        return bool(re.search(self.trace, case_id)) if isinstance(self.trace, str) else self.trace
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -90,32 +106,41 @@ def sections_record(model) -> dict:
 
 # Rough seconds of the views for the cost model (bench.shard.cost; `gdpa-bench list`): a profiler
 # session's start, stop and parse; an ncu replay of one call's kernels in the shared child process, with
-# its share of the child's start-up and compiles; one band's build, first call and gate beyond its timing.
+# its share of the child's start-up and compiles; one band's build, first call and gate beyond its timing;
+# a CUDA-graph time (two captures of ~20 ms of calls, 2 x 10 replays: bench.case.graph_timing).
 BREAKDOWN_S = 0.3
 COUNTERS_S = 15.0
 BAND_SETUP_S = 2.0
+GRAPH_S = 0.6
 
 
 def profiling_cost(case_id: str, n_bands: Callable[[], int], model, call_s: float, device: str) -> float:
     """Estimated wall seconds the views add to one case: `n_bands()` counts its non-empty bands (drawn only
-    when the case is selected), `call_s` is a call's estimated time."""
+    when the case is selected), `call_s` is a call's estimated time. Each band is measured as the case is
+    (bench.profiling.views.measure): its samples, graph time and, on a GPU, its breakdown."""
     t, cost = model.timing, 0.0
+    graph = GRAPH_S if t.cuda_graph and device == "cuda" else 0.0
+    breakdown = 0.0
     if model.breakdown.on(device):
-        cost += BREAKDOWN_S + model.breakdown.warm_ms / 1e3 + (model.breakdown.calls + 1) * call_s
+        breakdown = BREAKDOWN_S + model.breakdown.warm_ms / 1e3 + (model.breakdown.calls + 1) * call_s
+    cost += graph + breakdown
     if model.bands.only and re.search(model.bands.only, case_id):
-        cost += n_bands() * (BAND_SETUP_S + t.warmup_ms / 1e3 + t.rep_ms / 1e3) + 3 * call_s
+        per_band = BAND_SETUP_S + t.warmup_ms / 1e3 + t.rep_ms / 1e3 + graph + (breakdown if device == "cuda" else 0)
+        cost += n_bands() * per_band + 3 * call_s
     if model.counters.only and re.search(model.counters.only, case_id) and device == "cuda":
         cost += COUNTERS_S
     return cost
 
 
 def check_selections(model, case_ids: list[str], path) -> None:
-    """`counters.only` and `bands.only` must each match at least one of the config's cases."""
-    for section in ("counters", "bands"):  # the sections that select cases
-        only = getattr(model, section).only
+    """`counters.only`, `bands.only` and a `breakdown.trace` regex must each match one of the config's cases."""
+    trace = model.breakdown.trace if isinstance(model.breakdown.trace, str) else None
+    for field, only in (("counters.only", model.counters.only), ("bands.only", model.bands.only)) + (
+        (("breakdown.trace", trace),) if trace is not None else ()
+    ):
         if only is not None and not any(re.search(only, cid) for cid in case_ids):
             example = case_ids[0] if case_ids else "none"
             raise ConfigError(
-                f"{path}: {section}.only: {only!r} matches none of the config's {len(case_ids)} cases; "
+                f"{path}: {field}: {only!r} matches none of the config's {len(case_ids)} cases; "
                 f"allowed: a regex over case ids such as {example!r}"
             )

@@ -108,7 +108,13 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
     "timing.min_reps": ("The fewest timed samples.", 5, "<= max_reps"),
     "timing.max_reps": ("The most timed samples.", 2000, ">= min_reps"),
     "timing.flush_l2": ("Flush the L2 cache before every timed call (GPU).", True, ""),
-    "timing.cuda_graph": ("Replay a captured CUDA graph (launch-bound tiny cases).", False, ""),
+    "timing.cuda_graph": (
+        "Also time each case (and band) by CUDA-graph replay after its samples: its device time without the "
+        "host work between calls (`cuda_graph.ms`, beside the event-timed median); a call that cannot be "
+        "captured says why (`cuda_graph.error`).",
+        True,
+        "",
+    ),
     "timing.case_timeout_s": (
         "A case still running this long after it started (batch, gate, compile, samples, power, views) is hung: "
         "its worker process is killed, the case recorded failed with the phase it was in, and a fresh worker "
@@ -139,6 +145,13 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
         "Uncounted calls run back to back under the profiler first, for at least this long (ms).",
         200,
         "",
+    ),
+    "breakdown.trace": (
+        "Keep the Kineto trace (Chrome trace JSON) of every profiled case (true) or of the cases a regex "
+        "matches, as RUN_DIR/traces/<case id>-<hash>.json, openable in Perfetto (ui.perfetto.dev) or "
+        "chrome://tracing; `kernels.trace` names it (a few MB each).",
+        "fwd/",
+        "true, false, or a Python regular expression matching at least one case id",
     ),
     "counters.only": ("Case ids this regex matches run under Nsight Compute (none: off).", "fwd/", SELECTS),
     "counters.keep": ("Keep the .ncu-rep under RUN_DIR/ncu/.", False, ""),

@@ -70,7 +70,30 @@ def power_of_window(
     cap_w: float | None,
     flops_per_call: float | None,
 ) -> dict | None:
-    """The `power` dict of one measured window (fields documented on `PowerMonitor.measure`).
+    """The `power` dict of one measured window (`PowerMonitor.measure`), with:
+
+    - ``avg_w``, ``peak_w``, ``n_samples``: the sampler's readings inside the window;
+    - ``avg_w_from_energy``: power from the NVML energy counter, and ``energy_j_per_call`` =
+      ``avg_w_from_energy * seconds / calls``. ``energy_source`` says how: ``"counter_ticks"``
+      (between the first and last counter update the sampler saw inside the window, when they
+      span >= half of it; removes the counter's step error), ``"counter"`` (counter delta between
+      the start and end of the window), or ``"samples"`` (counter unreadable: ``avg_w * seconds``;
+      ``avg_w_from_energy`` is then None); ``avg_w_from_energy_delta`` always holds the plain
+      start/end delta (None if unreadable), for comparison; ``energy_span_s``: the time the counter
+      figure covers, ``counter_step_ms``: the median time between counter updates;
+    - ``avg_w_same_span`` (``n_samples_same_span``): the samples' average over the counter
+      figure's span: the second estimator of the same energy;
+    - ``headline_w`` (the one figure a report shows: ``avg_w_from_energy``, else ``avg_w``),
+      ``estimator_diff`` / ``estimators_disagree`` (``avg_w_same_span`` vs the counter, > 5%) and
+      ``above_cap`` (headline > cap + 3%): `results.power.power_flags`;
+    - ``settle_s``: the pre-roll's length (s);
+    - ``tflops`` (if ``flops_per_call``), ``tflops_per_w`` (over ``avg_w_from_energy``, else
+      ``avg_w``);
+    - ``frac_at_cap``: share of samples with power >= 0.97 x cap OR the sw_power_cap reason
+      (parts: ``frac_power_at_cap``, ``frac_sw_power_cap``); ``cap_w`` = the configured cap,
+      else the enforced limit;
+    - ``sm_clock_mhz_median``, ``temperature_c_max``, ``reasons`` (sorted names seen in any
+      sample of the window), ``calls``, ``seconds``, ``power_source``, ``monitor_error``.
 
     `window`: the sampler's readings inside it (`PowerMonitor.window`); `e0`/`e1`: the energy counter
     (mJ) read at its start and end; `wall_s`: the monotonic span between those two reads. None when

@@ -1,8 +1,16 @@
-"""The background sampler: one thread reading one GPU through NVML every `period_ms`, samples kept in
-compact typed arrays (56 bytes each: 10 h at 10 ms is ~200 MB), tagged with the case that ran."""
+"""The background sampler: one GPU read through NVML every `period_ms`, samples kept in compact typed arrays
+(56 bytes each: 10 h at 10 ms is ~200 MB), tagged with the case that ran.
+
+The reads run in a process of their own (bench/monitor/child.py, `sampler: "process"`, the default with the
+real pynvml): a sampling thread in the interpreter that makes the timed calls took the GIL every period and
+made host-bound calls bimodal (issue 31). The timed process asks the child for its samples only between
+timed regions (a case's boundaries, a window's start and end) and tags them with the case that ran at
+their time. A thread (`sampler: "thread"`) remains for an NVML stand-in object, which cannot cross
+processes (tests), and as the fallback when the child cannot start (`info()["sampler_note"]` says why)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
@@ -10,13 +18,17 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from bench.monitor.child import COLUMNS, resolve
 from bench.monitor.measure import power_of_window, run_for
 from bench.monitor.nvml import MISSING, NvmlDevice, PowerReadError
 from bench.monitor.reasons import decode_reasons
+from bench.monitor.remote import SamplerGone, SamplerProcess
 from bench.monitor.summary import AT_CAP_FRACTION
 from results.files import atomic_write
 from results.power_csv import power_csv_text
 from support.text import one_line
+
+CHILD_COLUMNS = tuple(name for name, _ in COLUMNS)
 
 
 def _value(v: int) -> int | None:
@@ -37,12 +49,20 @@ class PowerMonitor:
         mon.stop(); mon.write_csv(run_dir / "power.csv")
 
     ``nvml`` injects an object exposing the pynvml functions and constants used (tests pass a
-    stand-in); by default ``pynvml`` (package ``nvidia-ml-py``) is imported. The monitor never raises
-    because of NVML (bench.monitor.nvml); exceptions of a measured callable do propagate.
+    stand-in; it samples in a thread), or names one as ``"module:attr"`` (an object, or a function making
+    one, that the sampler process imports too); by default ``pynvml`` (package ``nvidia-ml-py``) is
+    imported. ``sampler``: ``"process"`` (the default where the stand-in can cross processes) or
+    ``"thread"``. The monitor never raises because of NVML (bench.monitor.nvml); exceptions of a measured
+    callable do propagate.
     """
 
     def __init__(
-        self, device_index: int = 0, period_ms: float = 10.0, power_cap_w: float | None = None, nvml: Any = None
+        self,
+        device_index: int = 0,
+        period_ms: float = 10.0,
+        power_cap_w: float | None = None,
+        nvml: Any = None,
+        sampler: str | None = None,
     ):
         self.device_index = int(device_index)
         self.period_ms = float(period_ms)
@@ -50,7 +70,17 @@ class PowerMonitor:
             raise ValueError(f"period_ms must be > 0, got {period_ms}")
         self.power_cap_w = None if power_cap_w is None else float(power_cap_w)
         self.error: str | None = None
-        self.device = NvmlDevice(self.device_index, nvml)
+        self._nvml_spec = nvml if isinstance(nvml, str) else None
+        self.device = NvmlDevice(self.device_index, resolve(nvml) if isinstance(nvml, str) else nvml)
+        crosses = nvml is None or self._nvml_spec is not None  # an object lives in this process only
+        if sampler not in (None, "process", "thread"):
+            raise ValueError(f"sampler must be 'process' or 'thread', got {sampler!r}")
+        self.sampler = sampler or ("process" if crosses else "thread")
+        if self.sampler == "process" and not crosses:
+            raise ValueError("sampler='process' needs nvml=None or a 'module:attr' name, not an object")
+        self.sampler_note: str | None = None
+        self._remote: SamplerProcess | None = None
+        self._timeline: tuple[array, array] = (array("d"), array("i"))  # (time, case) of each case boundary
         for name in (
             "available",
             "unavailable_reason",
@@ -80,11 +110,62 @@ class PowerMonitor:
         # The energy counter is read only inside measure() windows: one read costs milliseconds of CPU
         # where every other read costs microseconds (docs/DESIGN.md §8).
         self._energy, self._energy_t = array("q"), array("d")
-        self.read_energy = False
+        self._read_energy = False
+
+    @property
+    def read_energy(self) -> bool:
+        """Whether each sample also reads the energy counter (only inside measure() windows)."""
+        return self._read_energy
+
+    @read_energy.setter
+    def read_energy(self, on: bool) -> None:
+        self._read_energy = bool(on)
+        self._ask("energy", self._read_energy)
+
+    # ------------------------------------------------------- the sampler process
+    def _ask(self, op: str, *args: Any) -> dict | None:
+        """One request to the sampler process, its samples stored; None without one (or when it is gone:
+        then `error` says why and sampling has stopped)."""
+        if self._remote is None:
+            return None
+        try:
+            if op == "quit":
+                reply, self._remote = self._remote.close(), None
+            else:
+                reply = self._remote.ask(op, *args)
+        except SamplerGone as exc:
+            self._remote, self.error = None, f"power monitor stopped: {exc}"
+            return None
+        if reply is None:
+            return None
+        self._store(reply["columns"])
+        self.error = reply["error"] or self.error
+        return reply
+
+    def _store(self, cols: dict) -> None:
+        """The child's samples, each tagged with the case that ran at its time (the boundaries' timeline)."""
+        times, cases = self._timeline
+        with self._lock:
+            if cols["t"] and self._t0 is None:
+                self._t0 = cols["t"][0]
+            for t in cols["t"]:
+                at = bisect.bisect_right(times, t) - 1
+                self._case.append(cases[at] if at >= 0 else 0)
+            for name, arr in zip(CHILD_COLUMNS, self._columns(), strict=True):
+                arr.extend(cols[name])
+
+    def _columns(self) -> tuple[array, ...]:
+        """The sample arrays in the child's column order (bench.monitor.child.COLUMNS)."""
+        return (self._t, self._power, self._sm, self._mem, self._temp, self._mask, self._energy, self._energy_t)
+
+    def _pull(self) -> None:
+        if self._remote is not None:
+            self._ask("pull")
 
     def close(self) -> None:
-        """Stop sampling and release NVML (nvmlShutdown). Samples stay readable."""
+        """Stop sampling, end the sampler process and release NVML (nvmlShutdown). Samples stay readable."""
         self.stop()
+        self._ask("quit")
         if self.available:
             self.device.shutdown()
             self.available = False
@@ -105,6 +186,7 @@ class PowerMonitor:
         """
         if not self.available:
             return None
+        self._pull()  # the process's samples first: the timeline stays in time order
         try:
             return self._sample(as_dict=True)
         except Exception as exc:
@@ -162,16 +244,19 @@ class PowerMonitor:
         }
 
     def __len__(self) -> int:
+        self._pull()
         return len(self._t)
 
     def samples(self) -> list[dict]:
         """Every sample so far (a copy). ``reasons`` is None where the reason read failed."""
+        self._pull()
         with self._lock:
             return [self._sample_dict(i) for i in range(len(self._t))]
 
     def window(self, start: int, stop: int | None = None) -> dict:
         """Samples `start:stop` as parallel lists (None = not read): times_s (monotonic, the power
         read's), power_w, sm_clock_mhz, temperature_c, reason_masks, energy_mj, energy_times_s."""
+        self._pull()
         with self._lock:
             sl = slice(start, len(self._t) if stop is None else stop)
             return {
@@ -186,18 +271,9 @@ class PowerMonitor:
 
     def clear(self) -> None:
         """Drop recorded samples and markers (the time origin is kept)."""
+        self._pull()
         with self._lock:
-            for arr in (
-                self._t,
-                self._power,
-                self._sm,
-                self._mem,
-                self._temp,
-                self._mask,
-                self._case,
-                self._energy,
-                self._energy_t,
-            ):
+            for arr in (*self._columns(), self._case):
                 del arr[:]
             self._markers.clear()
 
@@ -209,16 +285,29 @@ class PowerMonitor:
     # ----------------------------------------------------------------- thread
     @property
     def running(self) -> bool:
+        if self._remote is not None:
+            reply = self._ask("pull")
+            return bool(reply and reply["sampling"])
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Start the background sampler (no-op if unavailable or already running)."""
+        """Start the background sampler (no-op if unavailable or already running): the sampler process,
+        started once and kept between stop() and start(), or the thread."""
         if not self.available or self.running:
             return
         self.error = None
         with self._lock:
             if self._t0 is None:
                 self._t0 = time.monotonic()
+        if self.sampler == "process":
+            try:
+                if self._remote is None:
+                    self._remote = SamplerProcess(self.device_index, self.period_ms, self._nvml_spec)
+            except SamplerGone as exc:  # sample anyway, in a thread, and say why
+                self.sampler, self.sampler_note = "thread", f"sampling in a thread: {exc}"
+            else:
+                self._ask("start")
+                return
         stop_event = threading.Event()
         thread = threading.Thread(
             target=self._loop, args=(stop_event,), name=f"PowerMonitor-gpu{self.device_index}", daemon=True
@@ -227,7 +316,9 @@ class PowerMonitor:
         thread.start()
 
     def stop(self) -> None:
-        """Stop the sampler and wait for its thread to end (no-op if not running)."""
+        """Stop sampling (the process keeps its samples for the next pull) or wait for the thread to end
+        (no-op if not running)."""
+        self._ask("stop")
         thread, stop_event = self._thread, self._stop_event
         if stop_event is not None:
             stop_event.set()
@@ -266,6 +357,8 @@ class PowerMonitor:
                 self._case_names.append(case_id)
             self._case_id = case_id
             self._markers.append({"time_s": self._rel(now), "event": "begin", "case_id": case_id})
+            self._timeline[0].append(now)
+            self._timeline[1].append(self._case_index[case_id])
 
     def end_case(self) -> None:
         now = time.monotonic()
@@ -273,6 +366,9 @@ class PowerMonitor:
             if self._case_id:
                 self._markers.append({"time_s": self._rel(now), "event": "end", "case_id": self._case_id})
             self._case_id = ""
+            self._timeline[0].append(now)
+            self._timeline[1].append(0)
+        self._pull()  # the child keeps only a case's samples at a time
 
     @property
     def case_id(self) -> str:
@@ -305,6 +401,8 @@ class PowerMonitor:
             "period_ms": self.period_ms,
             "gpu_name": self.gpu_name,
             "device_index": self.device_index,
+            "sampler": self.sampler,
+            "sampler_note": self.sampler_note,
             "at_cap_rule": (
                 f"a sample is at cap when power >= {AT_CAP_FRACTION} x cap_w or the sw_power_cap reason is set"
             ),
@@ -327,30 +425,7 @@ class PowerMonitor:
 
         The loop is :func:`run_for` (sync, the ``settle_s`` pre-roll, then the window: doubling batches
         of calls with a sync after each). Returns None without calling ``fn`` when the monitor is
-        unavailable. Otherwise a dict with:
-
-        - ``avg_w``, ``peak_w``, ``n_samples``: the sampler's readings inside the window;
-        - ``avg_w_from_energy``: power from the NVML energy counter, and ``energy_j_per_call`` =
-          ``avg_w_from_energy * seconds / calls``. ``energy_source`` says how: ``"counter_ticks"``
-          (between the first and last counter update the sampler saw inside the window, when they
-          span >= half of it; removes the counter's step error), ``"counter"`` (counter delta between
-          the start and end of the window), or ``"samples"`` (counter unreadable: ``avg_w * seconds``;
-          ``avg_w_from_energy`` is then None); ``avg_w_from_energy_delta`` always holds the plain
-          start/end delta (None if unreadable), for comparison; ``energy_span_s``: the time the counter
-          figure covers, ``counter_step_ms``: the median time between counter updates;
-        - ``avg_w_same_span`` (``n_samples_same_span``): the samples' average over the counter
-          figure's span: the second estimator of the same energy;
-        - ``headline_w`` (the one figure a report shows: ``avg_w_from_energy``, else ``avg_w``),
-          ``estimator_diff`` / ``estimators_disagree`` (``avg_w_same_span`` vs the counter, > 5%) and
-          ``above_cap`` (headline > cap + 3%): `results.power.power_flags`;
-        - ``settle_s``: the pre-roll's length (s);
-        - ``tflops`` (if ``flops_per_call``), ``tflops_per_w`` (over ``avg_w_from_energy``, else
-          ``avg_w``);
-        - ``frac_at_cap``: share of samples with power >= 0.97 x cap OR the sw_power_cap reason
-          (parts: ``frac_power_at_cap``, ``frac_sw_power_cap``); ``cap_w`` = the configured cap,
-          else the enforced limit;
-        - ``sm_clock_mhz_median``, ``temperature_c_max``, ``reasons`` (sorted names seen in any
-          sample of the window), ``calls``, ``seconds``, ``power_source``, ``monitor_error``.
+        unavailable; otherwise the power dict (its fields: `bench.monitor.measure.power_of_window`).
 
         If the sampler dies mid-run the sample fields may be None; if neither samples nor the energy
         counter gave anything, None is returned. NVML problems never raise; exceptions from

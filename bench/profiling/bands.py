@@ -1,5 +1,7 @@
 """Length bands of one case: its batch split by sequence length (workloads.bands), each band's sub-batch
-built alone and run through the same correctness gate and timer as the whole case.
+built alone, run through the same correctness gate and measured exactly as the whole case is (the
+caller's `measure`: the runner's timer with its L2 flush, the CUDA-graph time when configured, and a kernel
+breakdown on GPU runs).
 
 What it answers: where the time of a jagged batch goes. Per band the share of the sequences, of the work
 and of the time (each band's median over the sum of the bands' medians), its TFLOP/s, and the sum of the
@@ -8,10 +10,19 @@ launches; < 1: the whole batch pays for its mix). The batch's *jaggedness ceilin
 of the whole batch at the kernel's tile × the kernel's long-sequence speed (the best TFLOP/s of its
 bands): what this kernel would reach if jaggedness cost nothing but the partial tiles.
 
+A band of short sequences can be host-bound: launched alone its GPU work is about as long as the host's
+work per call (our op's ~0.1 ms of Python, the backend's launches, the flush and the events), so its events
+time the host whenever the host falls behind; inside the whole batch that host work hides behind the long
+sequences' kernels. Each band therefore shows its kernels' time and the share of
+its call the GPU idled (`idle_share`), and when the bands do not sum to within 10% of the whole batch `why`
+says which of the two it is: host time (the kernels sum close to the whole batch's) or the kernels
+themselves costing more apart.
+
 The record (`bands`, docs/DESIGN.md §6): {key, edges, rows: [per band: lo, hi, label, n_seqs, seq_share,
 work_pairs, work_share, tile_eff_64, tile_eff_128, flops, status, error, rel_err, median_ms, p20_ms, p80_ms,
-n_samples, tflops, time_share], sum_ms, whole_ms, sum_over_whole, tile, tile_source, tile_eff, long_band,
-long_tflops, ceiling_tflops, error}: every field is a row of the metric table (results.metrics).
+n_samples, kernel_ms, idle_share, graph_ms, note, tflops, time_share], sum_ms, whole_ms, sum_over_whole,
+kernel_sum_ms, kernel_sum_over_whole, why, tile, tile_source, tile_eff, long_band, long_tflops,
+ceiling_tflops, error}: every field is a row of the metric table (results.metrics).
 """
 
 from __future__ import annotations
@@ -24,16 +35,16 @@ import torch
 
 from bench.case.faults import is_sticky_cuda_error
 from bench.case.gate import correctness
-from bench.case.timing import Samples
 from bench.config.cases import Case, dtype_of
 from kernels.registry import Provider
-from results.figures import tflops
+from results.figures import HOST_BOUND_IDLE, idle_share, tflops
 from support.text import one_line
 from workloads import make_batch
 from workloads.bands import band_table, bands_of, edges_for
 from workloads.stats import tile_efficiency
 
 ASSUMED_TILE = (128, 128)  # FA4's sm90 forward tile at head dim 128; used where a provider records none
+SUM_TOLERANCE = 0.10  # the bands' sum within this of the whole batch needs no explanation
 TILE_KEYS = {"fwd": ("fwd", "hopper_fwd"), "bwd": ("dkdv", "hopper_bwd"), "fwd_bwd": ("fwd", "hopper_fwd")}
 
 
@@ -63,10 +74,10 @@ def time_band(
     q: np.ndarray,
     k: np.ndarray,
     device: torch.device,
-    timer: Callable[[Callable], Samples],
+    measure: Callable[[Callable], dict],
     gate: dict | None,
 ) -> dict:
-    """One band's sub-batch: gate (when `gate` gives its tolerance and max_check_seqs), warm, time."""
+    """One band's sub-batch: gate (when `gate` gives its tolerance and max_check_seqs), warm, measure."""
     w, spec = case.workload, case.spec
     flops = w.flops(case.mode, (q, k))
     out: dict = {"flops": flops, "status": None, "error": None, "rel_err": None}
@@ -81,18 +92,26 @@ def time_band(
             out["rel_err"] = c["rel_err"]
             if not c["passed"]:
                 return {**out, "status": "incorrect", "error": f"rel_err {c['rel_err']:.3g} > {c['tolerance']:g}"}
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # as the runner does after the gate, before timing
         fn = provider.build(batch, spec, case.mode)
         fn()  # compile / autotune / the op's measured choice for this shape, outside the timed region
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        s = timer(fn)
+        m = measure(fn)
+        s = m["samples"]
         rate = tflops(flops, s.median_ms)
+        idle = idle_share(m["kernel_ms"], s.median_ms)
         out.update(
             status="ok",
             median_ms=s.median_ms,
             p20_ms=s.p20_ms,
             p80_ms=s.p80_ms,
             n_samples=len(s.times_ms),
+            kernel_ms=m["kernel_ms"],
+            idle_share=None if idle != idle else idle,
+            graph_ms=m["graph_ms"],
+            note=m["note"],
             tflops=rate if rate == rate else None,
         )
     except torch.cuda.OutOfMemoryError as exc:
@@ -109,6 +128,35 @@ def time_band(
     return out
 
 
+def _sum(rows: list[dict], key: str) -> float | None:
+    """Σ rows[key], or None unless every row has it."""
+    values = [r.get(key) for r in rows]
+    return sum(values) if values and all(v is not None for v in values) else None
+
+
+def why_apart(sum_over_whole: float | None, timed: list[dict], kernel_over_whole: float | None) -> str | None:
+    """Why the bands' sum is more than SUM_TOLERANCE from the whole batch's median (None when it is not)."""
+    if sum_over_whole is None or abs(sum_over_whole - 1.0) <= SUM_TOLERANCE:
+        return None
+    why = [f"the bands sum to {sum_over_whole:.2f}× the whole batch"]
+    idle = [r for r in timed if (r.get("idle_share") or 0.0) > HOST_BOUND_IDLE]
+    if idle:
+        bands = ", ".join(f"{r['label']} (GPU idle {r['idle_share']:.0%})" for r in idle)
+        why.append(
+            f"host-bound bands: {bands}: launched alone, a band's kernels are shorter than the call's host work, "
+            "which the whole batch hides behind its long sequences' kernels"
+        )
+    if kernel_over_whole is not None:
+        close = abs(kernel_over_whole - 1.0) <= SUM_TOLERANCE
+        why.append(
+            f"their kernels sum to {kernel_over_whole:.2f}× the whole batch's"
+            + ("; the difference is host time, not kernel time" if close else "; the kernels cost more apart")
+        )
+    elif not idle:
+        why.append("no kernel breakdown of the bands to tell host time from kernel time (a GPU run with breakdown)")
+    return "; ".join(why)
+
+
 def case_bands(
     case: Case,
     provider: Provider,
@@ -116,12 +164,12 @@ def case_bands(
     kv_lengths: np.ndarray,
     edges: list[int] | None,
     device: torch.device,
-    timer: Callable[[Callable], Samples],
+    measure: Callable[[Callable], dict],
     gate: dict | None,
-    whole_ms: float | None,
-    kernel_config: dict | None,
+    whole: dict,
 ) -> dict:
-    """The `bands` record of one case (see the module doc)."""
+    """The `bands` record of one case (see the module doc). `whole`: the case's record (its median_ms,
+    kernel_config and kernels)."""
     q = np.asarray(q_lengths, dtype=np.int64)
     k = np.asarray(kv_lengths, dtype=np.int64)
     causal = case.workload.causal
@@ -132,13 +180,18 @@ def case_bands(
             row.update(status="empty", error=None)
             continue
         idx = band.members(q, k)
-        row.update(time_band(case, provider, q[idx], k[idx], device, timer, gate))
+        row.update(time_band(case, provider, q[idx], k[idx], device, measure, gate))
     timed = [r for r in rows if r["status"] == "ok"]
     complete = all(r["status"] in ("ok", "empty") for r in rows)
     sum_ms = sum(r["median_ms"] for r in timed) if timed else None
     for r in timed:
         r["time_share"] = r["median_ms"] / sum_ms if sum_ms else None
-    tile, source = kernel_tile(kernel_config, case.mode)
+    whole_ms = whole.get("median_ms")
+    whole_kernels = (whole.get("kernels") or {}).get("sum_ms")
+    kernel_sum = _sum(timed, "kernel_ms") if complete else None
+    kernel_over = kernel_sum / whole_kernels if kernel_sum is not None and whole_kernels else None
+    over = sum_ms / whole_ms if complete and sum_ms and whole_ms else None
+    tile, source = kernel_tile(whole.get("kernel_config"), case.mode)
     eff = tile_efficiency(q, k, tile[0], tile[1], causal=causal)
     best = max(timed, key=lambda r: r["tflops"] or 0.0, default=None)
     return {
@@ -148,7 +201,10 @@ def case_bands(
         # the sum stands against the whole batch only when every non-empty band was timed
         "sum_ms": sum_ms if complete else None,
         "whole_ms": whole_ms,
-        "sum_over_whole": sum_ms / whole_ms if complete and sum_ms and whole_ms else None,
+        "sum_over_whole": over,
+        "kernel_sum_ms": kernel_sum,
+        "kernel_sum_over_whole": kernel_over,
+        "why": why_apart(over, timed, kernel_over),
         "tile": list(tile),
         "tile_source": source,
         "tile_eff": eff,

@@ -5,10 +5,12 @@ profiler: the case's callable runs `calls` times under `torch.profiler` (CUPTI o
 a `gdpa_bench::call` range and, as the timer does, preceded by the L2 flush inside a `gdpa_bench::l2_flush`
 range (synchronized inside it, so no range's window overlaps the next); uncounted calls in a
 `gdpa_bench::warm` range come first, back to back for `warm_ms` (the profiler's first-call costs, and the
-clocks a power-capped GPU regains while the profiler starts). A kernel belongs to the range in
-whose time window the op that launched it started, on whatever thread: a backward launches from
-autograd's device thread while the calling thread waits inside its range. Memsets and copies count as
-kernels: a backward's accumulator memset is part of what a call costs.
+clocks a power-capped GPU regains while the profiler starts). On a GPU the pass's Kineto trace (Chrome
+trace JSON) says which call each kernel belongs to (bench.profiling.trace_events): by the launch API call its CUPTI
+correlation id links it to, on whatever thread and whatever launched it (a torch op, autograd's device
+thread, Triton's driver-API launcher, a CuTe DSL launch), else by its own device time. Memsets and copies
+count as kernels: a backward's accumulator memset is part of what a call costs. With `trace_path` the trace
+is kept there (openable in Perfetto's JSON loader or chrome://tracing).
 
 On a CPU run (the Triton interpreter) the "kernels" are the CPU profiler's ops inside the call ranges,
 each by its self time, plus the time of the call range itself outside any op (`(outside torch ops)`): the
@@ -16,28 +18,32 @@ pipeline is exercised end to end, the figures say nothing about a GPU.
 
 The record (`kernels`, docs/DESIGN.md §6; each key and each column of `rows` a row of results.metrics):
 {source: cuda | cpu, profiled_calls, sum_ms (kernel time per call), n_kernels (launches per call), rows:
-[{name, calls (per call), ms (per call), share}], unattributed_ms (GPU: device time per call that no
-launching op claimed; ~0), error}.
+[{name, calls (per call), ms (per call), share, rule (GPU: what placed it)}], unattributed_ms (GPU: device
+time per call no rule placed; ~0), trace (the kept trace's path), error}.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import gzip
+import hashlib
+import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-CALL_RANGE = "gdpa_bench::call"
-FLUSH_RANGE = "gdpa_bench::l2_flush"
-WARM_RANGE = "gdpa_bench::warm"  # one call before the counted ones: the profiler's own first-call costs
+from bench.profiling.trace_events import CALL_RANGE, FLUSH_RANGE, RANGES, WARM_RANGE, Attribution, attribute
+
 OUTSIDE_OPS = "(outside torch ops)"
 MAX_WARM_CALLS = 500  # bounds the events a warm-up of very short calls records
 MAX_ROWS = 24  # a call launching more distinct kernels keeps its longest ones and one `(other)` row
@@ -70,7 +76,11 @@ def _quiet_profiler_log():
                 print("\n".join(kept), file=sys.stderr)
 
 
-RANGES = (CALL_RANGE, FLUSH_RANGE, WARM_RANGE)
+def trace_name(case_id: str) -> str:
+    """A case's trace file name: its id with each character but letters, digits and `.=-` as `_`, then 8
+    hex digits of the id's hash, so two ids that read alike (`a/b`, `a_b`) stay two files."""
+    digest = hashlib.sha1(case_id.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9.=-]+', '_', case_id).strip('._')[:150]}-{digest}.json"
 
 
 def windows(events: Iterable[Any]) -> list[tuple[float, float, str]]:
@@ -86,41 +96,6 @@ def window_of(t: float, spans: list[tuple[float, float, str]]) -> str | None:
     if i >= 0 and spans[i][0] <= t <= spans[i][1]:
         return spans[i][2]
     return None
-
-
-def device_totals(events: Iterable[Any]) -> tuple[dict[str, list[float]], int, float]:
-    """({kernel name: [µs, count]} of the calls' kernels, kernels of the flushes, µs of the flush and warm
-    kernels). A kernel belongs to the range in whose window the op that launched it started — whatever the
-    thread: a backward launches from autograd's device thread while the calling thread waits in its range."""
-    events = list(events)
-    spans = windows(events)
-    totals: dict[str, list[float]] = {}
-    flushed, other_us = 0, 0.0
-    for e in events:
-        kernels = getattr(e, "kernels", None) or []
-        if not kernels:
-            continue
-        where = window_of(e.time_range.start, spans)
-        if where != CALL_RANGE:
-            flushed += len(kernels) if where == FLUSH_RANGE else 0
-            other_us += sum(float(k.duration) for k in kernels)
-            continue
-        for k in kernels:
-            t = totals.setdefault(k.name, [0.0, 0])
-            t[0] += float(k.duration)
-            t[1] += 1
-    return totals, flushed, other_us
-
-
-def device_event_us(events: Iterable[Any]) -> float:
-    """Every device activity the profiler recorded (kernels, memsets, copies; not the ranges' GPU-side
-    projections), in µs: what the attribution above must account for."""
-    cuda = torch.autograd.DeviceType.CUDA
-    return sum(
-        float(e.time_range.end - e.time_range.start)
-        for e in events
-        if e.device_type == cuda and not getattr(e, "is_user_annotation", False)
-    )
 
 
 def cpu_totals(events: Iterable[Any]) -> dict[str, list[float]]:
@@ -145,11 +120,14 @@ def cpu_totals(events: Iterable[Any]) -> dict[str, list[float]]:
     return totals
 
 
-def summarize(totals: dict[str, list[float]], calls: int, source: str) -> dict:
-    """The `kernels` record from per-name totals over `calls` calls: rows by time, longest first."""
+def summarize(totals: dict[str, list[float]], calls: int, source: str, rule_of: Callable | None = None) -> dict:
+    """The `kernels` record from per-name totals over `calls` calls: rows by time, longest first.
+    `rule_of(name)`: what placed the kernel (GPU: bench.profiling.trace_events), kept as the row's `rule`."""
     items = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    rules = {name: rule_of(name) for name, _ in items} if rule_of is not None else {}
     if len(items) > MAX_ROWS:
         rest = items[MAX_ROWS - 1 :]
+        rules["(other)"] = "; ".join(sorted({r for name, _ in rest for r in rules.get(name, "").split("; ") if r}))
         items = [*items[: MAX_ROWS - 1], ("(other)", [sum(v[0] for _, v in rest), sum(v[1] for _, v in rest)])]
     total_us = sum(v[0] for _, v in items)
     rows = [
@@ -158,6 +136,7 @@ def summarize(totals: dict[str, list[float]], calls: int, source: str) -> dict:
             "calls": count / calls,
             "ms": us / calls / 1e3,
             "share": us / total_us if total_us > 0 else None,
+            **({"rule": rules.get(name) or None} if rule_of is not None else {}),
         }
         for name, (us, count) in items
     ]
@@ -171,22 +150,22 @@ def summarize(totals: dict[str, list[float]], calls: int, source: str) -> dict:
     }
 
 
-def kernel_breakdown(
-    fn: Callable[[], object],
-    device: torch.device,
-    calls: int = 3,
-    flush: torch.Tensor | None = None,
-    warm_ms: float = 0.0,
-) -> dict:
-    """Profile `calls` calls of `fn` (already warmed) and return the `kernels` record. `flush`: the
-    timer's L2-flush buffer, zeroed before each call as the timed samples do (None: no flush). `warm_ms`:
-    calls run back to back inside the profiler, uncounted, for at least this long first (at most
-    MAX_WARM_CALLS): a GPU at its power cap recovers its clocks while the profiler starts, and three calls
-    right after that ran a bf16 GEMM 15% faster than its timed median on the H200."""
-    gpu = device.type == "cuda"
-    sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    sync()
+def device_record(found: Attribution, calls: int, flushed_expected: bool) -> dict:
+    """The GPU `kernels` record from the trace's attribution (bench.profiling.trace_events)."""
+    ranges = sum(1 for *_, name in found.ranges if name == CALL_RANGE)
+    if ranges != calls:
+        return _error(f"the profiler recorded {ranges} of {calls} call ranges", calls)
+    if flushed_expected and found.flushed == 0:
+        return _error("no kernel was attributed to the L2 flush: the calls' kernels cannot be told apart", calls)
+    if not found.calls:
+        return _error("the profiler recorded no kernel for the calls (CUPTI unavailable?)", calls)
+    out = summarize(found.calls, calls, "cuda", found.rule_of)
+    # device time no rule placed in a call, a flush or the warm-up: shown, never folded in
+    out["unattributed_ms"] = found.unattributed_us / calls / 1e3
+    return out
+
+
+def _profiled(fn, sync, flush, calls: int, warm_ms: float, activities):
     with _quiet_profiler_log(), profile(activities=activities) as prof:
         with record_function(WARM_RANGE):
             start = time.perf_counter()
@@ -205,22 +184,54 @@ def kernel_breakdown(
             with record_function(CALL_RANGE):
                 fn()
             sync()
+    return prof
+
+
+def export_trace(prof, dest: Path | None) -> dict:
+    """The pass's Kineto trace as a dict; kept at `dest` when given (gzipped when its name ends in .gz:
+    Perfetto and chrome://tracing open both)."""
+    with tempfile.TemporaryDirectory(prefix="gdpa-bench-trace-") as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        text = path.read_bytes()
+        if dest is not None:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.name.endswith(".gz"):
+                with gzip.open(path.with_suffix(".json.gz"), "wb") as gz:
+                    gz.write(text)
+                path = path.with_suffix(".json.gz")
+            shutil.move(str(path), dest)
+    return json.loads(text)
+
+
+def kernel_breakdown(
+    fn: Callable[[], object],
+    device: torch.device,
+    calls: int = 3,
+    flush: torch.Tensor | None = None,
+    warm_ms: float = 0.0,
+    trace_path: Path | None = None,
+) -> dict:
+    """Profile `calls` calls of `fn` (already warmed) and return the `kernels` record. `flush`: the
+    timer's L2-flush buffer, zeroed before each call as the timed samples do (None: no flush). `warm_ms`:
+    calls run back to back inside the profiler, uncounted, for at least this long first (at most
+    MAX_WARM_CALLS): a GPU at its power cap recovers its clocks while the profiler starts, and three calls
+    right after that ran a bf16 GEMM 15% faster than its timed median on the H200. `trace_path`: keep the
+    pass's trace there (recorded as `trace`, the path as given)."""
+    gpu = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    sync()
+    prof = _profiled(fn, sync, flush, calls, warm_ms, activities)
+    trace = export_trace(prof, trace_path) if gpu or trace_path is not None else None
+    kept = {"trace": str(trace_path)} if trace_path is not None else {}
+    if gpu:
+        return {**device_record(attribute(trace), calls, flush is not None), **kept}
     events = list(prof.events())
-    # the host-side ranges only: on a GPU each range also appears as a device-side user annotation
     ranges = sum(1 for *_, name in windows(events) if name == CALL_RANGE)
     if ranges != calls:
-        return _error(f"the profiler recorded {ranges} of {calls} call ranges", calls, "cuda" if gpu else "cpu")
-    if not gpu:
-        return summarize(cpu_totals(events), calls, "cpu")
-    totals, flushed, other_us = device_totals(events)
-    if flush is not None and flushed == 0:
-        return _error("no kernel was attributed to the L2 flush: the calls' kernels cannot be told apart", calls)
-    if not totals:
-        return _error("the profiler recorded no kernel for the calls (CUPTI unavailable?)", calls)
-    out = summarize(totals, calls, "cuda")
-    # device time no launching op claimed (neither a call's nor the flush's): shown, never folded in
-    out["unattributed_ms"] = max(0.0, device_event_us(events) - out["sum_ms"] * 1e3 * calls - other_us) / calls / 1e3
-    return out
+        return {**_error(f"the profiler recorded {ranges} of {calls} call ranges", calls, "cpu"), **kept}
+    return {**summarize(cpu_totals(events), calls, "cpu"), **kept}
 
 
 def _error(message: str, calls: int, source: str = "cuda") -> dict:

@@ -85,7 +85,8 @@ class Runner:
             meta = {k: v for k, v in meta.items() if k not in SOFTWARE}
         self.writer = ResultsWriter(self.run_dir, meta, existing)
         self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
-        self.profiling = CaseProfiling(self.settings, device, self.time)  # the views after the samples (§5)
+        # the views after the samples (§5); traces go under the run folder
+        self.profiling = CaseProfiling(self.settings, device, self.time, self.run_dir)
         self.progress = Progress(0, False, log)
         self.interrupted = False
         self.context_lost: str | None = None  # the sticky CUDA error that ended the sweep (bench.case.faults)
@@ -153,10 +154,10 @@ class Runner:
             return
         try:
             self.say("calibrating: 8192^3 bf16 GEMM and a device copy ...")
-            if self.monitor:
+            if self.monitor is not None:  # not its truth: a monitor with no sample yet has len() 0
                 self.monitor.begin_case("calibration/gemm")
             gemm = calibrate_gemm(self.device, self.monitor, seconds=self.settings.hardware.calibrate_seconds)
-            if self.monitor:
+            if self.monitor is not None:
                 self.monitor.end_case()
             copy = calibrate_copy(self.device)
             self.writer.update_meta(
@@ -381,11 +382,15 @@ class Runner:
 
     def _finish(self, crash: BaseException | None) -> None:
         try:
-            if self.monitor:
-                self.monitor.stop()
-                self._write_power()
-                if self.monitor.error:
-                    self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
+            if self.monitor is not None:
+                try:
+                    self.monitor.stop()
+                    if len(self.monitor):  # no power.csv from a monitor that never sampled (no NVML)
+                        self._write_power()
+                    if self.monitor.error:
+                        self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
+                finally:
+                    self.monitor.close()  # ends the sampler process (bench.monitor.child)
         finally:
             stopped = self.interrupted or crash is not None or self.context_lost is not None
             self.writer.update_meta(
@@ -408,14 +413,14 @@ class Runner:
         for case in group:
             self.progress.started(case.id)
             flops = w.flops(case.mode, (q_len, kv_len))
-            if self.monitor:
+            if self.monitor is not None:
                 self.monitor.begin_case(case.id)
             if batch is None:
                 rec = self.blank_record(case, wstats, flops)
                 rec.update(status="skipped" if too_big else "failed", error=too_big or build_error)
             else:
                 rec = self.run_case(case, batch, wstats, flops)
-            if self.monitor:
+            if self.monitor is not None:
                 self.monitor.end_case()
             self.writer.add_case(rec)
             self.phase(case.id, RECORDED)

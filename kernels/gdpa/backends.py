@@ -58,6 +58,11 @@ TABLE: tuple[BackendRow, ...] = (
         source="runs every call",
     ),
 )
+# Two-backend splits backend="auto" also times (plan.candidates): Triton below the edge, Hopper from it up.
+# Measured on one H200 with the persistent Hopper forward (PERF.md "The persistent Hopper forward"): the best
+# split moves with the length distribution — 512 on log-normal max 2048, 1024 on max 4096 (12% ahead of 512
+# there), Hopper alone on short KV and uniform batches — which no host-known fact tells apart.
+SPLITS = {"fwd": ("triton", "hopper", (256, 512, 1024))}  # pass -> (backend below, backend from the edge up, edges)
 ROWS = {row.name: row for row in TABLE}
 FALLBACK = TABLE[-1].name
 NAMES = tuple(ROWS)

@@ -150,16 +150,27 @@ def plan(mode: str, call: GDPACall, options) -> list[Stage]:
 
 def candidates(mode: str, call: GDPACall, options) -> list[list[Stage]]:
     """The plans backend="auto" chooses among by measurement (choice.py): the table's plan first, then
-    each backend that can run the call alone over the whole batch. Anything pinned is the only candidate."""
+    each backend that can run the call alone over the whole batch, then the two-backend splits of
+    backends.SPLITS (where both backends run the call and the edge is reachable).
+    Anything pinned is the only candidate."""
     first = plan(mode, call, options)
     if options.backend != "auto" or getattr(options, f"{mode}_plan") is not None:
         return [first]
     found = [first]
-    for row in backends.TABLE:
-        if backends.cannot_run(row.name, call) is None:
-            alone = [Stage(row.name, WHOLE, f"{row.name}: the whole batch on one backend")]
-            if all(label(c) != label(alone) for c in found):
-                found.append(alone)
+
+    def add(stages):
+        if all(label(c) != label(stages) for c in found):
+            found.append(stages)
+
+    runnable = [row.name for row in backends.TABLE if backends.cannot_run(row.name, call) is None]
+    for name in runnable:
+        add([Stage(name, WHOLE, f"{name}: the whole batch on one backend")])
+    low, high, edges = backends.SPLITS.get(mode, (None, None, ()))
+    if low in runnable and high in runnable:
+        for edge in edges:
+            if Band(edge).reachable(call.max_q, call.max_kv):
+                why = f"split at {edge}: {low} below, {high} from it up"
+                add([Stage(low, Band(0, edge), f"{low}: {why}"), Stage(high, Band(edge), f"{high}: {why}")])
     return found
 
 

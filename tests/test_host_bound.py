@@ -1,0 +1,155 @@
+"""Host-bound cases told apart (issue 31): the GPU idle share and `host_bound` flag, the bands measured as the
+whole case with their kernels and why their sum is not the whole batch's, the CUDA-graph record's bounds,
+and the report's lines about them. CPU only: the GPU side is tests/test_profiling_gpu.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bench.case.graph_timing import MAX_CALLS, calls_per_graph
+from bench.case.timing import Samples
+from bench.config.models import load_config
+from bench.profiling.bands import case_bands, why_apart
+from bench.profiling.views import CaseProfiling
+from kernels.registry import get_provider
+from reports.profiling import profiling_warnings
+from results.figures import HOST_BOUND_IDLE, host_bound, idle_share
+from tests.test_breakdown_trace import cpu_config
+
+
+def test_idle_share_and_the_host_bound_flag():
+    assert idle_share(0.75, 1.0) == pytest.approx(0.25) and host_bound(0.75, 1.0) is True
+    assert idle_share(0.95, 1.0) == pytest.approx(0.05) and host_bound(0.95, 1.0) is False
+    assert host_bound(1.0 - HOST_BOUND_IDLE, 1.0) is False  # exactly 10% idle is not above it
+    assert idle_share(1.3, 1.0) == 0.0  # kernels overlapping on several streams: never negative
+    for k, m in ((None, 1.0), (1.0, None), (1.0, 0.0), (float("nan"), 1.0)):
+        assert math.isnan(idle_share(k, m)) and host_bound(k, m) is None
+
+
+def test_the_gpu_idle_share_is_recorded_only_for_a_gpu_breakdown(tmp_path):
+    model = load_config(cpu_config(tmp_path, "{enabled: true, calls: 1}")).model
+    views = CaseProfiling(model, torch.device("cpu"), timer=None)
+    rec = {"median_ms": 2.0}
+    kernels = {"source": "cuda", "sum_ms": 1.5}
+    views.idle(kernels, rec)
+    assert kernels["idle_share"] == pytest.approx(0.25) and rec["host_bound"] is True
+    rec, cpu = {"median_ms": 2.0}, {"source": "cpu", "sum_ms": 0.5}
+    views.idle(cpu, rec)
+    assert "idle_share" not in cpu and "host_bound" not in rec
+    failed = {"source": "cuda", "sum_ms": None, "error": "no kernel"}
+    views.idle(failed, rec)
+    assert "host_bound" not in rec
+
+
+def test_why_the_bands_do_not_sum_to_the_whole_batch():
+    assert why_apart(1.05, [], None) is None and why_apart(None, [], None) is None
+    short = {"label": "<128", "idle_share": 0.52}
+    long = {"label": "≥1024", "idle_share": 0.01}
+    host = why_apart(1.26, [short, long], 1.02)
+    assert "1.26× the whole batch" in host and "<128 (GPU idle 52%)" in host and "≥1024" not in host
+    assert "host time, not kernel time" in host
+    kernels = why_apart(1.4, [long], 1.35)
+    assert "host-bound" not in kernels and "the kernels cost more apart" in kernels
+    assert "no kernel breakdown" in why_apart(0.8, [{"label": "x", "idle_share": None}], None)
+
+
+def test_bands_are_measured_as_the_case_and_explain_their_sum(tmp_path):
+    """Two bands through a real provider; the measure stands in for the GPU: each band times 1 ms, the short
+    band's kernels 0.3 ms (host-bound), the long band's 0.9 ms; the whole batch timed 1.2 ms on 1.15 ms of
+    kernels. The bands sum to 2 ms (1.67×) while their kernels sum to 1.04× the whole's: host time."""
+    cfg = load_config(cpu_config(tmp_path, "{enabled: true, calls: 1}"))
+    model, case = cfg.model, next(c for c in cfg.cases if c.mode == "fwd")
+    provider = get_provider("naive_eager")
+    kernel_ms = iter([0.3, 0.9])
+    measured = []
+
+    def measure(fn):
+        fn()  # it is the band's callable: it runs
+        measured.append(fn)
+        return {"samples": Samples.of([1.0, 1.0, 1.0]), "graph_ms": 0.5, "kernel_ms": next(kernel_ms), "note": None}
+
+    q = np.array([3, 5, 12, 16])
+    whole = {"median_ms": 1.2, "kernels": {"sum_ms": 1.15}, "kernel_config": None}
+    gate = CaseProfiling(model, torch.device("cpu"), timer=None).gate()
+    b = case_bands(case, provider, q, q, [8], torch.device("cpu"), measure, gate, whole)
+    rows = {r["label"]: r for r in b["rows"]}
+    assert len(measured) == 2 and [r["status"] for r in b["rows"]] == ["ok", "ok"]
+    assert rows["<8"]["idle_share"] == pytest.approx(0.7) and rows["≥8"]["idle_share"] == pytest.approx(0.1)
+    assert rows["<8"]["graph_ms"] == 0.5 and rows["<8"]["kernel_ms"] == 0.3 and rows["<8"]["rel_err"] is not None
+    assert b["sum_over_whole"] == pytest.approx(2.0 / 1.2) and b["kernel_sum_ms"] == pytest.approx(1.2)
+    assert b["kernel_sum_over_whole"] == pytest.approx(1.2 / 1.15)
+    assert "<8 (GPU idle 70%)" in b["why"] and "host time" in b["why"]
+    whole_without_kernels = {"median_ms": 2.0, "kernels": None}
+    kernel_ms = iter([0.3, 0.9])
+    b = case_bands(case, provider, q, q, [8], torch.device("cpu"), measure, None, whole_without_kernels)
+    assert b["why"] is None and b["kernel_sum_over_whole"] is None  # 2.0 / 2.0: within 10%
+
+
+def test_the_graph_holds_about_20_ms_of_calls_within_bounds():
+    assert calls_per_graph(0.1) == 200 and calls_per_graph(1.0) == 20 and calls_per_graph(50.0) == 1
+    assert calls_per_graph(0.001) == MAX_CALLS and calls_per_graph(None) == 1 and calls_per_graph(float("nan")) == 1
+
+
+def test_cuda_graph_timing_on_a_cpu_run_records_nothing(tmp_path):
+    import json
+
+    from bench.cli.parser import main
+
+    cfg = cpu_config(tmp_path, "{enabled: false}")
+    cfg.write_text(cfg.read_text().replace("timing: {", "timing: {cuda_graph: true, "))
+    assert main(["run", str(cfg), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    cases = json.loads((tmp_path / "run" / "results.json").read_text())["cases"]
+    assert all(c["status"] == "ok" and "cuda_graph" not in c and c["host_bound"] is None for c in cases)
+
+
+def test_the_report_says_which_cases_are_host_bound_and_why_bands_are_apart():
+    cases = pd.DataFrame(
+        {
+            "id": ["a/fwd/x", "b/fwd/x", "c/fwd/x"],
+            "host_bound": [True, False, None],
+            "bands.why": [None, "the bands sum to 1.26× the whole batch; host-bound bands: <128", None],
+        }
+    )
+    lines = profiling_warnings(cases)
+    assert len(lines) == 2
+    assert lines[0].startswith("1 of 2 cases with a GPU breakdown are host-bound") and "a/fwd/x" in lines[0]
+    assert lines[1] == "b/fwd/x: the bands sum to 1.26× the whole batch; host-bound bands: <128."
+    assert profiling_warnings(pd.DataFrame({"id": ["a"]})) == []
+
+
+def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
+    """docs/experiments/profiling_bars.py on a synthetic run: each bar fails where it should, one line each."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def case(cid, provider, median, p80, kernels=None, **extra):
+        k = {"error": None, "n_kernels": 2, "sum_ms": median, "profiled_calls": 3} | (kernels or {})
+        return {"id": cid, "provider": provider, "mode": "fwd", "status": "ok", "median_ms": median, "p80_ms": p80,
+                "kernels": k, **extra}  # fmt: skip
+
+    auto = {"dispatch": {"fwd": {"backend": "triton"}}}
+    cases = [
+        case("a/fwd/L=8/gdpa", "gdpa", 1.02, 1.30, kernel_config=auto),  # p80 8% over the pinned backend's
+        case("a/fwd/L=8/gdpa_triton", "gdpa_triton", 1.0, 1.2),
+        case("b/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"error": "the profiler recorded no kernel", "n_kernels": None}),
+        case("c/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 0.5}, host_bound=True, cuda_graph={"ms": 0.5}),
+        case("d/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 0.5}, host_bound=True),  # no graph time beside it
+        case("e/fwd/L=8/fa4", "fa4", 1.0, 1.1, bands={"sum_over_whole": 1.26, "why": None, "rows": []}),
+        case("f/fwd/L=8/fa4", "fa4", 1.0, 1.1, bands={"sum_over_whole": 1.26, "why": "host-bound bands", "rows": []}),
+    ]
+    (tmp_path / "results.json").write_text(json.dumps({"cases": cases}))
+    script = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "profiling_bars.py"
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 1, out.stderr
+    failing = [ln.split(":")[0] for ln in lines[:-1]]
+    assert failing == ["a/fwd/L=8/gdpa", "b/fwd/L=8/fa4", "d/fwd/L=8/fa4", "e/fwd/L=8/fa4"]
+    assert "p80_ms +8.3%" in lines[0] and "median_ms" not in lines[0] and "no kernel" in lines[1]
+    assert lines[-1] == "7 ok cases, 2 host-bound, 0 traces: 4 bar(s) failed"
