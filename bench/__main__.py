@@ -4,6 +4,8 @@ The signal guard comes before anything heavy is imported (bench.sweep.signals.gu
 during the first second — the torch import — is one line and exit 130 / 143, never a traceback.
 """
 
+import os
+import signal
 import sys
 
 from bench.sweep.signals import guard_startup
@@ -13,7 +15,11 @@ def entry() -> int:
     guard_startup()
     from bench.cli.parser import main  # noqa: PLC0415  (after the guard: this import is most of the start-up)
 
-    return main()
+    try:
+        return main()
+    except BrokenPipeError:  # `gdpa-bench fields | head`: the reader left; not a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout at exit
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -23,3 +23,27 @@ class ConfigError(ValueError):
 
 class UsageError(ValueError):
     """A bad command-line option or path: the message is one line, ready to print."""
+
+
+class Spelling:
+    """How a caller names its arguments in an error line: the command line's options (`--resume DIR`) or
+    `bench.run`'s keywords (`resume='DIR'`) — an API caller told to use `--resume` has no command line."""
+
+    def __init__(self, api: bool):
+        self.api = api
+
+    def arg(self, name: str, value=None) -> str:
+        """`--name value` / `name=value` (`value` None: a switch, `--force` / `force=True`; an option that
+        takes a value is named alone as `--only` / `only=`)."""
+        if self.api:
+            return f"{name}={value!r}" if value is not None else f"{name}=True"
+        flag = "--" + name.replace("_", "-")
+        return f"{flag} {value}" if value is not None else flag
+
+    def name(self, name: str) -> str:
+        """An option that takes a value, named alone: `--only` / `only=`."""
+        return f"{name}=" if self.api else "--" + name.replace("_", "-")
+
+
+CLI = Spelling(api=False)
+API = Spelling(api=True)

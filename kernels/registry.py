@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
+from kernels.modes import MODES, SEMANTICS
 from support.environment import PROVIDER_MODULES as PROVIDER_MODULES_VARIABLE
 from support.environment import provider_modules
 from support.text import one_line
 from workloads.batch import JaggedBatch
-
-MODES = ("fwd", "bwd", "fwd_bwd")
-SEMANTICS = ("gdpa", "softmax")
 
 # Modules that hold providers; each registers itself on import. A module whose optional dependency is
 # missing still imports: the provider then reports itself unavailable with the reason.
@@ -160,8 +160,63 @@ class ProviderModuleError(ImportError):
     """A module named in GDPA_BENCH_PROVIDERS does not import: one line naming it."""
 
 
+# An installed package adds providers by declaring an entry point in this group (as pytest, asv and
+# tritonbench plugins are found): `[project.entry-points."gdpa_bench.providers"] my_kernels = "my_pkg.providers"`.
+ENTRY_POINT_GROUP = "gdpa_bench.providers"
+BUILT_IN = "built-in"
+ENV_MODULE = f"${PROVIDER_MODULES_VARIABLE}"
+PLUGIN = "plugin"
+CODE = "code"
+
+
+@dataclass(frozen=True)
+class ProviderSource:
+    """Where a provider came from: `kind` is built-in, $GDPA_BENCH_PROVIDERS, plugin (an entry point of an
+    installed distribution) or code (registered by a module imported some other way)."""
+
+    kind: str
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    entry_point: str | None = None  # `name = value` as the distribution declares it
+
+    def describe(self) -> str:
+        """One phrase for `gdpa-bench env`: `built-in`, `plugin my-kernels 0.1.0 (entry point ...)`, ..."""
+        if self.kind == PLUGIN:
+            dist = " ".join(x for x in (self.distribution or "an unnamed distribution", self.version) if x)
+            return f"plugin {dist} (entry point {self.entry_point})"
+        if self.kind == ENV_MODULE:
+            return f"{ENV_MODULE} module {self.module}"
+        if self.kind == CODE:
+            return f"registered by {self.module}"
+        return BUILT_IN
+
+    def record(self) -> dict:
+        return {"kind": self.kind, "module": self.module, "distribution": self.distribution,
+                "version": self.version, "entry_point": self.entry_point}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """An entry point of the group that did not load: its providers are left out, the others run."""
+
+    source: ProviderSource
+    error: str
+
+    def line(self) -> str:
+        s = self.source
+        return one_line(
+            f"warning: provider plugin {s.distribution or '?'}{' ' + s.version if s.version else ''} (entry point "
+            f"{s.entry_point}) does not load: {self.error}; its providers are left out, the others run",
+            600,
+        )
+
+
 _REGISTRY: dict[str, type[Provider]] = {}
+_SOURCES: dict[str, ProviderSource] = {}  # names registered while a known source loaded
+_FAILURES: list[PluginFailure] = []
 _loaded = False
+_plugins_loaded = False
 
 
 def register(cls: type[Provider]) -> type[Provider]:
@@ -173,24 +228,120 @@ def register(cls: type[Provider]) -> type[Provider]:
     return cls
 
 
+def _track(source: ProviderSource, load: Callable[[], Any]) -> Any:
+    """Run `load` (an import); every name it registers (or re-registers) comes from `source`."""
+    before = dict(_REGISTRY)
+    try:
+        return load()
+    finally:
+        for name, cls in _REGISTRY.items():
+            if before.get(name) is not cls:
+                _SOURCES[name] = source
+
+
+def _entry_points() -> list:
+    """The group's entry points, each once (a distribution on sys.path twice lists its entry points twice)."""
+    from importlib.metadata import entry_points
+
+    seen, out = set(), []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if (ep.name, ep.value) not in seen:
+            seen.add((ep.name, ep.value))
+            out.append(ep)
+    return sorted(out, key=lambda ep: ep.name)
+
+
+def _plugin_source(ep) -> ProviderSource:
+    dist = getattr(ep, "dist", None)
+    name = version = None
+    if dist is not None:
+        try:
+            name, version = dist.metadata["Name"], dist.version
+        except Exception:  # broken metadata: the entry point still names itself
+            pass
+    return ProviderSource(PLUGIN, ep.value.split(":")[0], name, version, f"{ep.name} = {ep.value}")
+
+
+def _load_plugin(ep) -> None:
+    """Load one entry point: a module whose import registers its providers, or a Provider class (registered
+    here). Whatever goes wrong is a `PluginFailure` — one line naming the distribution and the error — and
+    the registry is left as it was before (a plugin never replaces a provider another source registered)."""
+    source = _plugin_source(ep)
+    before, sources_before = dict(_REGISTRY), dict(_SOURCES)
+    try:
+        target = _track(source, ep.load)
+        if isinstance(target, type) and issubclass(target, Provider):
+            if _REGISTRY.get(target.name) is not target:
+                _track(source, lambda: register(target))
+        elif not isinstance(target, types.ModuleType):
+            raise TypeError(f"{ep.value} is {type(target).__name__}, not a module or a Provider subclass")
+        taken = [n for n, cls in before.items() if _REGISTRY.get(n) is not cls]
+        if taken:
+            owner = _source_of(taken[0], before[taken[0]], sources_before)
+            raise ValueError(
+                f"it registers {taken[0]!r}, a name already taken ({owner.describe()}); give its provider another name"
+            )
+    except BaseException as exc:  # ImportError, or anything the module raises while it loads (SystemExit too)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        _REGISTRY.clear()
+        _REGISTRY.update(before)
+        _SOURCES.clear()
+        _SOURCES.update(sources_before)
+        failure = PluginFailure(source, one_line(exc))
+        _FAILURES.append(failure)
+        print(failure.line(), file=sys.stderr, flush=True)
+
+
 def _load_all() -> None:
-    """Import every provider module: the built-in ones, then those named in GDPA_BENCH_PROVIDERS
-    (comma-separated module paths) — how a user adds a kernel without touching this package. A user's
-    module that does not import is a `ProviderModuleError` (one line), raised again on the next call."""
-    global _loaded
+    """Import every provider module: the built-in ones, the entry points of installed plugins (group
+    `gdpa_bench.providers`; one that fails is one line on stderr and left out), then the modules named in
+    GDPA_BENCH_PROVIDERS (comma-separated module paths) — how a user adds a kernel without touching this
+    package. A GDPA_BENCH_PROVIDERS module that does not import is a `ProviderModuleError` (one line,
+    raised again on the next call): the user named it for this run."""
+    global _loaded, _plugins_loaded
     if _loaded:
         return
     for module in PROVIDER_MODULES:
-        importlib.import_module(module)
+        _track(ProviderSource(BUILT_IN, module), lambda m=module: importlib.import_module(m))
+    if not _plugins_loaded:
+        _plugins_loaded = True  # once per process: a failing plugin is reported once
+        for ep in _entry_points():
+            _load_plugin(ep)
     for module in provider_modules():
         try:
-            importlib.import_module(module)
+            _track(ProviderSource(ENV_MODULE, module), lambda m=module: importlib.import_module(m))
         except Exception as exc:  # ImportError, or anything the module raises while it loads
             raise ProviderModuleError(
                 f"{PROVIDER_MODULES_VARIABLE}: the module {module!r} does not import ({one_line(exc)}); allowed: "
                 "comma-separated importable module paths"
             ) from None
     _loaded = True
+
+
+def provider_source(name: str, cls: type[Provider] | None = None) -> ProviderSource:
+    """Where provider `name` came from (a module imported before the registry loaded, as tests do, is
+    recognised by its module)."""
+    cls = cls or provider_class(name)
+    return _source_of(name, cls, _SOURCES) if _REGISTRY.get(name, cls) is cls else _source_of(name, cls, {})
+
+
+def _source_of(name: str, cls: type[Provider], sources: dict[str, ProviderSource]) -> ProviderSource:
+    src = sources.get(name)
+    if src is not None:
+        return src
+    module = cls.__module__
+    if module in PROVIDER_MODULES:
+        return ProviderSource(BUILT_IN, module)
+    if module in provider_modules():
+        return ProviderSource(ENV_MODULE, module)
+    return ProviderSource(CODE, module)
+
+
+def plugin_failures() -> list[PluginFailure]:
+    """The plugins that did not load in this process (after the registry loaded)."""
+    _load_all()
+    return list(_FAILURES)
 
 
 def provider_names() -> list[str]:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from results.metric_row import Metric
+from results.rates import rate
 
 DASH = "—"
 
@@ -41,8 +42,8 @@ def fmt(v: Any, kind: str = "") -> str:
         s = str(v)
         return s if s.strip() else DASH
     x = float(v)
-    if kind == "tflops":  # CPU runs reach only a few GFLOP/s: keep significant digits, never "0.0"
-        return f"{x:,.1f}" if abs(x) >= 1 or x == 0 else f"{x:.3g}"
+    if kind == "tflops":  # in the column's TFLOP/s from 1 up; below, a CPU run's rate with its own unit
+        return f"{x:,.1f}" if abs(x) >= 1 or x == 0 else rate(x, 3)
     if kind == "ms":
         return f"{x:.4g}"
     if kind == "pct":

@@ -51,13 +51,28 @@ VIEWS = {
 }
 
 
-def view_blocks(cases: pd.DataFrame, view: str) -> list:
-    """The intro, the per-case table and the long table of one view; [] when no case has it."""
+# On a CPU run the bands' jaggedness ceiling compares interpreted band timings with each other: noise that
+# read "achieved / ceiling 195.8%". Those columns are left out there, and the intro says why.
+CPU_HIDDEN = {"bands": ("bands.ceiling_tflops", "bands_achieved")}
+CPU_NOTE = {
+    "bands": (
+        " On this CPU run the jaggedness ceiling and the batch's share of it are not shown: the bands' timings "
+        "(the Triton interpreter, eager PyTorch) are noise, and a ceiling built from them is no ceiling."
+    )
+}
+
+
+def view_blocks(cases: pd.DataFrame, view: str, cpu: bool = False) -> list:
+    """The intro, the per-case table and the long table of one view; [] when no case has it. `cpu`: a CPU
+    run, whose timings compare nothing (reports.cpu_notes): the figures that compare them are left out."""
     has, table, _, intro = VIEWS[view]
     sub = cases[cases[has].notna()] if len(cases) and has in cases else cases.iloc[0:0]
     if sub.empty:
         return []
-    per_case = shown_in(view)
+    hidden = CPU_HIDDEN.get(view, ()) if cpu else ()
+    per_case = [m for m in shown_in(view) if m.name not in hidden]
+    if cpu and view in CPU_NOTE:
+        intro += CPU_NOTE[view]
     status = next((i for i, m in enumerate(per_case) if m.key == "status"), None)
     blocks: list = [
         intro,
@@ -112,7 +127,7 @@ def profiling_warnings(cases: pd.DataFrame) -> list[str]:
     return out
 
 
-def profiling_section(cases: pd.DataFrame) -> Section | None:
-    """The section, or None when no case has a kernel breakdown, counters or bands."""
-    parts = [Section(VIEWS[v][2], blocks) for v in VIEWS if (blocks := view_blocks(cases, v))]
+def profiling_section(cases: pd.DataFrame, cpu: bool = False) -> Section | None:
+    """The section, or None when no case has a kernel breakdown, counters or bands (`cpu`: a CPU run)."""
+    parts = [Section(VIEWS[v][2], blocks) for v in VIEWS if (blocks := view_blocks(cases, v, cpu))]
     return Section("Where the time goes", parts) if parts else None

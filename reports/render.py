@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import base64
 import html
+import os
+import secrets
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from typing import Any
 from reports.document import DASH, Image, Section, Table
 from reports.plots import make_all_plots
 from reports.sections import build_sections
-from results.files import atomic_write
+from results.files import ResultsWriteError
 from results.frame import load_run
 
 # -------------------------------------------------------------------------------------------- writers
@@ -192,15 +195,93 @@ def render_report(run_dir: str | Path, baseline: str | None = None) -> dict[str,
 
     `run_dir`: the run folder or its results.json. `baseline` overrides `meta.baseline_provider`.
     Returns {"md": path, "html": path, "plots": plots folder}. Raises `ResultsError` for a missing or
-    invalid results.json.
+    invalid results.json, and `ResultsWriteError` (one line naming the file) when a report file cannot be
+    written — disk full, read-only — after putting the run folder back as it was (`_ReportSwap`).
     """
     src = Path(run_dir)
     out_dir = src if src.is_dir() else src.parent
     meta, cases, workloads = load_run(src, baseline=baseline)
     base = cases.attrs.get("baseline")
-    files = make_all_plots(out_dir, meta, cases, workloads, baseline=base)
-    title, sections = build_sections(meta, cases, workloads, files, base)
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
-    atomic_write(md_path, to_markdown(title, sections, out_dir))  # never half a report beside another writer
-    atomic_write(html_path, to_html(title, sections))
+    with _ReportSwap(out_dir) as swap:
+        files = make_all_plots(out_dir, meta, cases, workloads, baseline=base)
+        title, sections = build_sections(meta, cases, workloads, files, base)
+        swap.stage(md_path, to_markdown(title, sections, out_dir))
+        swap.stage(html_path, to_html(title, sections))
     return {"md": md_path, "html": html_path, "plots": out_dir / "plots"}
+
+
+class _ReportSwap:
+    """The report's files replaced all or none. The old plots/ is moved aside (into a hidden folder of the
+    run folder) before the new one is drawn, report.md and .html are written there first, and only when
+    everything is written do they replace the old ones; any failure — a disk that fills halfway through the
+    plots — removes what was drawn and moves the old files back, so the run folder is as it was, and the
+    error is one line (before, it was a plot warning, an error, and a folder of old and new plots)."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.aside = out_dir / f".report.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        self.staged: list[tuple[Path, Path]] = []  # (temporary file, its place)
+        self.moved: list[Path] = []  # the old files moved aside, by their place in the run folder
+        self.drawing = False  # plots/ is this render's from here on
+
+    def __enter__(self) -> _ReportSwap:
+        try:
+            self.aside.mkdir()
+            self._move_aside(self.out_dir / "plots")
+            self.drawing = True
+        except OSError as exc:
+            self._restore()
+            raise self._error(exc) from None
+        return self
+
+    def stage(self, path: Path, text: str) -> None:
+        tmp = self.aside / path.name
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        self.staged.append((tmp, path))
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is None:
+            try:
+                for tmp, path in self.staged:
+                    self._move_aside(path)
+                    os.replace(tmp, path)
+            except OSError as failed:
+                exc = failed
+            else:
+                shutil.rmtree(self.aside, ignore_errors=True)
+                return False
+        self._restore()  # whatever failed (a full disk, a report bug, Ctrl-C): the folder as it was
+        if isinstance(exc, OSError):
+            raise self._error(exc) from None
+        return False
+
+    def _move_aside(self, path: Path) -> None:
+        if path.exists():
+            os.rename(path, self.aside / f"old.{path.name}")
+            self.moved.append(path)
+
+    def _restore(self) -> None:
+        if self.drawing:
+            shutil.rmtree(self.out_dir / "plots", ignore_errors=True)  # what was drawn, if anything
+        try:
+            for tmp, path in self.staged:
+                if not tmp.exists() and path not in self.moved:  # put in place where there was none
+                    path.unlink(missing_ok=True)
+            for path in reversed(self.moved):  # an old file put back over its replacement
+                if path.is_dir():
+                    shutil.rmtree(path)
+                os.replace(self.aside / f"old.{path.name}", path)
+        except OSError:
+            return  # an old file that cannot be moved back stays in the hidden folder rather than be lost
+        shutil.rmtree(self.aside, ignore_errors=True)
+
+    def _error(self, exc: OSError) -> ResultsWriteError:
+        name = Path(exc.filename) if exc.filename else self.out_dir / "report.md"
+        if name.parent == self.aside:  # report.md/.html are written beside the old plots first
+            name = self.out_dir / name.name.removeprefix("old.")
+        err = ResultsWriteError.of(name, exc)
+        return ResultsWriteError(f"{err}; the report was not written: the run folder is as it was before")

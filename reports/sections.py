@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from kernels.registry import MODES
+from kernels.modes import MODES
 from reports.cpu_notes import cpu_banner, ratios_shown
 from reports.document import DASH, Image, Section, Table, cell, fmt, fmt_date, isnum
 from reports.environment import environment_table
@@ -22,6 +22,7 @@ from reports.profiling import profiling_section, profiling_warnings
 from results.frame import provider_label
 from results.metrics import WORKLOAD_METRICS, shown_in
 from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
+from results.rates import rate
 
 # ------------------------------------------------------------------------------------------- sections
 
@@ -84,6 +85,8 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
 def _summary(cases: pd.DataFrame, baseline: str | None, ratios: bool = True) -> Table:
     if cases.empty:
         return Table(["shape"], [], empty="No cases recorded.")
+    if not ratios:
+        return _summary_unranked(cases)
     shapes = _shape_sort_key(cases.drop_duplicates("shape"))
     best_g, best_s = best_by_shape(cases, "gdpa"), best_by_shape(cases, "softmax")
     others = [p for p in _providers(cases) if p != baseline] if ratios else []
@@ -105,6 +108,28 @@ def _summary(cases: pd.DataFrame, baseline: str | None, ratios: bool = True) -> 
         for p in others:
             v = sub.loc[sub["provider"] == p, "speedup"]
             row.append(fmt(v.iloc[0], "x") if len(v) else DASH)
+        rows.append(row)
+    return Table(headers, rows, css="summary")
+
+
+def _summary_unranked(cases: pd.DataFrame) -> Table:
+    """A CPU run's summary: per shape every provider's rate, side by side and unranked — the fastest by
+    interpreter noise (once the fp32 `reference`) is no "best GDPA"."""
+    shapes = _shape_sort_key(cases.drop_duplicates("shape"))
+    providers, labels = _providers(cases), _labels(cases)
+    headers = ["set", "mode", "L", "sweep", "dtype", *(labels.get(p, p) for p in providers)]
+    rows = []
+    for _, s in shapes.iterrows():
+        sub = cases[cases["shape"] == s["shape"]]
+        row = [fmt(s["set"]), fmt(s["mode"]), fmt(s["max_len"], "len"), fmt(s["sweep_label"]), fmt(s["dtype"])]
+        for p in providers:
+            mine = sub[sub["provider"] == p]
+            if mine.empty:
+                row.append(DASH)
+            else:
+                r = mine.iloc[0]
+                ok = r["status"] == "ok" and isnum(r["tflops"])
+                row.append(rate(float(r["tflops"]), 3) if ok else str(r["status"]))  # each with its unit
         rows.append(row)
     return Table(headers, rows, css="summary")
 
@@ -174,19 +199,25 @@ def _plot_blocks(files: list[Path]) -> list[Any]:
     (a plot needs a caption to register), and one registered but not drawn says so — unless it is drawn
     only for some runs (`when`) and this is not one."""
     by_name = {f.name: f for f in files}
+    captions, not_drawn = getattr(files, "captions", {}), getattr(files, "not_drawn", {})
     blocks: list[Any] = []
     load_plot_modules()
     for p in registered():
         png, csvs = p.files(Path("."))
         if png.name not in by_name:
-            if p.when is None:
+            if p.when is None and p.name not in not_drawn:
                 blocks.append(f"The plot {p.name} was not drawn.")
             continue
-        blocks.append(Image(by_name[png.name], p.caption, [by_name[c.name] for c in csvs if c.name in by_name]))
+        caption = captions.get(p.name, p.caption)
+        blocks.append(Image(by_name[png.name], caption, [by_name[c.name] for c in csvs if c.name in by_name]))
         extras = [f for f in files if p.extras_prefix and f.name.startswith(p.extras_prefix) and f.suffix == ".png"]
         if extras:
             images = [Image(f, f.stem.removeprefix(p.extras_prefix)) for f in extras]
             blocks.append(Section(p.extras_title, images, collapsed=True))
+    if not_drawn:  # a CPU run: what has no data here is said once, first, not drawn as empty frames
+        blocks.insert(
+            0, "Not drawn, having no data in this run: " + "; ".join(f"{n} — {w}" for n, w in not_drawn.items())
+        )
     return blocks
 
 
@@ -214,20 +245,16 @@ def build_sections(
         ([("note", banner)] if banner else []) + [count_s + "."] + [("warn", w) for w in _warnings(meta, cases)],
     )
     env = Section("Environment", [environment_table(meta, baseline)])
-    summ = Section(
-        "Summary per shape",
-        [
-            "Per shape: the fastest GDPA provider (its TFLOP/s, utilization of the datasheet peak and of the "
-            "measured GEMM ceiling, energy per call, average power from the energy counter over the same loop, "
-            "fraction of power samples at the cap), the fastest softmax provider"
-            + (
-                f", and every provider's speedup vs the baseline {base_label or DASH} (time ratio on the same shape)."
-                if ratios
-                else ". Speedups are not shown: a CPU run's timings compare nothing (see the note above)."
-            ),
-            _summary(cases, baseline, ratios),
-        ],
+    intro = (
+        "Per shape: the fastest GDPA provider (its TFLOP/s, utilization of the datasheet peak and of the "
+        "measured GEMM ceiling, energy per call, average power from the energy counter over the same loop, "
+        "fraction of power samples at the cap), the fastest softmax provider, and every provider's speedup vs "
+        f"the baseline {base_label or DASH} (time ratio on the same shape)."
+        if ratios
+        else "Per shape, every provider's rate (in the unit of its size), unranked: a CPU run's timings compare "
+        "nothing (see the note above), so no provider is called the fastest and no speedup is shown."
     )
+    summ = Section("Summary per shape", [intro, _summary(cases, baseline, ratios)])
     plots = Section("Plots", _plot_blocks(plot_files) or ["No plots were written."])
     fails = Section("Failures and skips", [_failures(cases)])
     wl = Section(
@@ -241,5 +268,5 @@ def build_sections(
         ],
     )
     allc = Section("All cases", [_cases_table(cases, ratios)])
-    where = profiling_section(cases)
+    where = profiling_section(cases, cpu=not ratios)
     return title, [top, env, summ, plots, *([where] if where else []), fails, wl, allc]

@@ -1,8 +1,9 @@
 """A compact TFLOP/s table (shapes × provider/mode) from results.json, in Markdown — for READMEs:
 `gdpa-bench table RUN_DIR [--providers gdpa_triton,fa4] [--modes fwd,bwd] [--only REGEX]`.
 
-A cell is the case's TFLOP/s when it is `ok`; otherwise what happened: `OOM`, `failed`, `incorrect` (failed
-the correctness gate), or `—` (skipped: the provider cannot run the case, or no such case).
+A cell is the case's TFLOP/s when it is `ok` (below 1, with its unit: `1.7 MFLOP/s`); otherwise what
+happened: `OOM`, `failed`, `incorrect` (failed the correctness gate), or `—` (skipped: the provider cannot
+run the case, or no such case).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import re
 
 import pandas as pd
 
+from results.rates import rate
+
 
 def cell(case: dict) -> str:
     if case.get("status") == "ok" and case.get("tflops"):
         t = case["tflops"]
-        return f"{t:.0f}" if t >= 1 else f"{t:.2g}"  # below 1 TFLOP/s: a CPU run
+        return f"{t:.0f}" if t >= 1 else rate(t, 2)  # below 1 TFLOP/s (a CPU run): with its unit, `1.7 MFLOP/s`
     if "out of memory" in (case.get("error") or ""):
         return "OOM"
     return case["status"] if case.get("status") in ("failed", "incorrect") else "—"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kernels.registry import MODES
+from kernels.modes import MODES
 from results.files import STATUSES, ResultsError
 
 
@@ -108,3 +108,47 @@ def _check_id_fields(c: dict, at: str) -> None:
             f"{at}: provider: {short(label)} contradicts the id (its last part is {short(parts[-1])}); allowed: "
             "the id's provider label"
         )
+
+
+# meta figures the report draws with: {dtype: TFLOP/s} mappings (or one number) and plain numbers
+_CEILINGS = ("peak_tflops", "measured_gemm_tflops")
+_NUMBERS = ("hbm_tb_s", "measured_copy_tb_s", "power_cap_w", "enforced_power_limit_w")
+
+
+def check_report_fields(data: dict, where: str) -> None:
+    """The fields the report reads beyond the cases (`check_results`), checked the same way before anything
+    is drawn: a `meta.peak_tflops` of text was drawn as a plot warning and exit 0. Raises `ResultsError`
+    (one line naming the file and the field)."""
+    meta = data.get("meta") or {}
+    for key in _CEILINGS:
+        v = meta.get(key)
+        items = v.items() if isinstance(v, dict) else [(None, v)]
+        for dtype, x in items:
+            if x is not None and (not is_number(x) or x < 0):
+                at = f"meta.{key}" + (f".{dtype}" if dtype is not None else "")
+                raise ResultsError(
+                    f"{where}: {at}: {short(x)}; allowed: a number ≥ 0 (TFLOP/s) or null"
+                    + ("" if dtype is not None else ", or a {dtype: number} mapping")
+                )
+    for key in _NUMBERS:
+        x = meta.get(key)
+        if x is not None and (not is_number(x) or x < 0):
+            raise ResultsError(f"{where}: meta.{key}: {short(x)}; allowed: a number ≥ 0 or null")
+    workloads = data.get("workloads") or {}
+    for name, w in workloads.items():
+        at = f"{where}: workloads[{name!r}]"
+        if not isinstance(w, dict):
+            raise ResultsError(f"{at}: {short(w)}; allowed: an object (q_lengths, kv_lengths, stats, ...)")
+        for key in ("q_lengths", "kv_lengths"):
+            lengths = w.get(key)
+            if lengths is None:
+                continue
+            if not isinstance(lengths, list):
+                raise ResultsError(
+                    f"{at}.{key}: {short(lengths)} is not a list; allowed: a list of lengths (integers ≥ 0)"
+                )
+            for j, x in enumerate(lengths):
+                if x is not None and (not isinstance(x, int) or isinstance(x, bool) or x < 0):
+                    raise ResultsError(f"{at}.{key}[{j}]: {short(x)}; allowed: a length (an integer ≥ 0)")
+        if w.get("stats") is not None and not isinstance(w["stats"], dict):
+            raise ResultsError(f"{at}.stats: {short(w['stats'])}; allowed: an object of statistics or null")

@@ -35,6 +35,7 @@ __all__ = [
     "ResultsWriteError",
     "ResultsWriter",
     "atomic_write",
+    "atomic_write_together",
     "clean",
     "csv_frame",
     "flatten_case",
@@ -100,6 +101,35 @@ def atomic_write(path: Path, text: str) -> None:
         raise ResultsWriteError.of(path, exc) from None
     finally:
         _drop(tmp)
+
+
+def atomic_write_together(files: list[tuple[Path, str]]) -> None:
+    """Write files that describe the same thing (results.json and its results.csv) so that a failed write
+    leaves them as they were: every temporary file is written and synced before the first rename, so a disk
+    that fills while any of them is written replaces none. Should a later rename fail after an earlier one
+    stood (a file system turned read-only in between), the stale later file is removed: a derived file
+    never describes other cases than the one before it. One-line `ResultsWriteError` naming the file."""
+    tmps: list[Path] = []
+    path = Path(files[0][0])
+    try:
+        for path, text in files:  # `path` names the file in the error below
+            tmps.append(temp_name(Path(path)))
+            with open(tmps[-1], "x", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        for i, ((path, _), tmp) in enumerate(zip(files, tmps, strict=True)):
+            try:
+                os.replace(tmp, path)
+            except OSError:
+                if i:
+                    _drop(Path(path))
+                raise
+    except OSError as exc:
+        raise ResultsWriteError.of(Path(path), exc) from None
+    finally:
+        for tmp in tmps:
+            _drop(tmp)
 
 
 def make_dir(path: Path) -> None:
@@ -306,8 +336,9 @@ class ResultsWriter:
         self.flush()
 
     def flush(self) -> None:
-        atomic_write(self.json_path, json.dumps(clean(self.data), indent=1))
-        atomic_write(self.csv_path, csv_frame(self.data["cases"]).to_csv(index=False))
+        # together: a disk that fills while either is written leaves both as they were (issue 32)
+        csv = csv_frame(self.data["cases"]).to_csv(index=False)
+        atomic_write_together([(self.json_path, json.dumps(clean(self.data), indent=1)), (self.csv_path, csv)])
 
     def write_parquet(self) -> Path:
         return write_parquet(self.data["cases"], self.run_dir / "results.parquet")

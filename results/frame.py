@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from kernels.registry import MODES
+from kernels.modes import MODES
 from results import metrics
 from results.figures import field, number
 from results.files import flatten_cases, read_results

@@ -15,6 +15,7 @@ import os
 import re
 import reprlib
 import stat
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,14 +134,41 @@ def _wide(n: int, at: str) -> InputError:
     return InputError(f"{at}: an integer of about {digits} digits; allowed: integers of at most {INT_BITS} bits")
 
 
+def numpy_scalar(obj: Any) -> bool:
+    """A numpy integer, float or bool scalar (`np.int64(2)`, `np.float32(1.0)`, `np.bool_(True)`): what a
+    config built from numpy or pandas holds. Without numpy imported there can be none."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(obj, (np.integer, np.floating, np.bool_))
+
+
+def as_python(data: Any) -> Any:
+    """`data` with every numpy scalar (`numpy_scalar`) replaced by its Python value (`x.item()`: int, float,
+    bool), mappings as dicts. Call it on data `check_plain(..., numpy_scalars=True)` accepted: its depth
+    and size are bounded and it has no cycle, so the recursion ends."""
+    if numpy_scalar(data):
+        return data.item()
+    if isinstance(data, Mapping):
+        return {k: as_python(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(as_python(v) for v in data)
+    return data
+
+
 def check_plain(
-    data: Any, where: str, *, max_depth: int = MAX_DEPTH, max_nodes: int | None = None, paths: bool = False
+    data: Any,
+    where: str,
+    *,
+    max_depth: int = MAX_DEPTH,
+    max_nodes: int | None = None,
+    paths: bool = False,
+    numpy_scalars: bool = False,
 ) -> None:
     """Refuse what JSON/YAML-like data must not hold: nesting deeper than `max_depth`, more than
     `max_nodes` values counting every shared reference at its full size (a YAML alias bomb, a dict that
     repeats one list a million times), cycles, keys that are not text, integers wider than 64 bits,
     and any type other than text, numbers, booleans, null, lists/tuples and mappings (`paths`: also
-    os.PathLike values). Iterative: no recursion limit is reached whatever the input."""
+    os.PathLike values; `numpy_scalars`: also numpy integer, float and bool scalars, which `as_python`
+    converts). Iterative: no recursion limit is reached whatever the input."""
     stack: list[tuple[Any, Any, int]] = [(data, None, 0)]
     on_path: set[int] = set()
     nodes = 0
@@ -150,14 +178,14 @@ def check_plain(
             on_path.discard(link)
             continue
         nodes += 1
-        if isinstance(obj, _LEAF) or (paths and isinstance(obj, os.PathLike)):
+        if isinstance(obj, _LEAF) or (paths and isinstance(obj, os.PathLike)) or (numpy_scalars and numpy_scalar(obj)):
             continue
         if isinstance(obj, int):
             if obj.bit_length() > INT_BITS:
                 raise _wide(obj, _where(where, link))
             continue
         if not isinstance(obj, (Mapping, list, tuple)):
-            hint = " (convert it: int(x), float(x), x.tolist())" if type(obj).__module__.startswith("numpy") else ""
+            hint = " (convert it: x.tolist())" if type(obj).__module__.startswith("numpy") else ""
             raise InputError(
                 f"{_where(where, link)}: {a_type(obj)} value {show(obj)}{hint}; allowed: text, numbers, booleans, "
                 "null, lists and mappings"

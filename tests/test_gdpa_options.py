@@ -89,7 +89,7 @@ def test_options_default_and_round_trip():
             {"fwd_tile": [64, 32, 4, 1]},
             "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles, fwd_plan, bwd_plan",
         ),
-        ({"backend": "cuda"}, "backend: expected one of auto, hopper, triton, got 'cuda'"),
+        ({"backend": "cuda"}, "backend: expected one of auto, packed, hopper, triton, got 'cuda'"),
         (
             {"fwd_tiles": [128, 64, 8]},
             "fwd_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got [128, 64, 8]",
@@ -113,7 +113,7 @@ def test_options_default_and_round_trip():
         ({"fwd_plan": []}, "fwd_plan: expected a list of [backend, lo, hi]"),
         ({"fwd_plan": "triton"}, "fwd_plan: expected a list of [backend, lo, hi]"),
         ({"fwd_plan": [["triton", 0, 100], ["hopper", 128, None]]}, "fwd_plan: bands must meet end to start"),
-        ({"fwd_plan": [["cuda", 0, None]]}, "fwd_plan: backend 'cuda'; allowed: hopper, triton"),
+        ({"fwd_plan": [["cuda", 0, None]]}, "fwd_plan: backend 'cuda'; allowed: packed, hopper, triton"),
         ({"fwd_plan": [["triton", 0, 0], ["triton", 0, None]]}, "fwd_plan: band hi must be an integer > lo (0)"),
         ({"fwd_plan": [["triton", False, None]]}, "fwd_plan: expected a list of [backend, lo, hi]"),
         ({"fwd_plan": [{"backend": "triton", "top": 3}]}, "fwd_plan: unknown key 'top'; allowed: backend, lo, hi"),
@@ -167,10 +167,14 @@ def test_hopper_backend_on_cpu_is_a_one_line_error_and_auto_runs_triton_with_the
     assert str(exc.value) == f"gdpa: backend='hopper' cannot run this call: hopper unavailable: {why}"
     record = {}
     out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, record=record)
-    assert record["dispatch"]["fwd"]["backend"] == "triton" and out.shape == b.q.shape
+    assert record["dispatch"]["fwd"]["backend"] == "packed" and out.shape == b.q.shape  # short: the table packs it
     assert get_provider("gdpa_hopper").availability(torch.device("cpu")) == why
-    # the backward, which the table prefers on Hopper everywhere, says why it runs Triton
-    assert plan("bwd", _call(b), GDPAOptions()) == [Stage("triton", WHOLE, f"triton: hopper unavailable: {why}")]
+    # the backward, which the table prefers on Hopper everywhere, says why it runs Triton (cross-attention
+    # beyond 128 tokens, which the packed row does not take)
+    packed_why = backends.unsupported("packed", _call(b, 300, 300))
+    assert plan("bwd", _call(b, 300, 300), GDPAOptions()) == [
+        Stage("triton", WHOLE, f"triton: packed does not support this call: {packed_why}; hopper unavailable: {why}")
+    ]
 
 
 def _reference_rows(call, band, out, do=None, grads=None):
@@ -246,14 +250,23 @@ def _plan(mode, max_len, backend="auto", self_attention=True, **opts):
 
 def test_auto_plan_follows_the_table_by_length_band(fake_hopper):
     source = backends.ROWS["hopper"].source
+    packed_source = backends.ROWS["packed"].source
+    short = Stage("packed", Band(0, 128), f"packed: preferred for min(Lq, Lk) in [0, 128) ({packed_source})")
     with fake_hopper():
-        assert [(s.backend, s.band) for s in _plan("fwd", 2048)] == [("triton", Band(0, 512)), ("hopper", Band(512))]
-        assert _plan("fwd", 2048)[1].reason == f"hopper: preferred for min(Lq, Lk) in [512, inf) ({source})"
+        assert [(s.backend, s.band) for s in _plan("fwd", 2048)] == [
+            ("packed", Band(0, 128)),
+            ("triton", Band(128, 512)),
+            ("hopper", Band(512)),
+        ]
+        assert _plan("fwd", 2048)[2].reason == f"hopper: preferred for min(Lq, Lk) in [512, inf) ({source})"
         # bands no sequence can reach are dropped; a plan of one stage runs the whole batch, unfiltered
-        assert [(s.backend, s.band) for s in _plan("fwd", 300)] == [("triton", WHOLE)]
+        assert [(s.backend, s.band) for s in _plan("fwd", 300)] == [("packed", Band(0, 128)), ("triton", Band(128))]
+        assert [(s.backend, s.band) for s in _plan("fwd", 100)] == [("packed", WHOLE)]
+        # cross-attention beyond a pack is not the packed row's
         assert [(s.backend, s.band) for s in _plan("fwd", 300, self_attention=False)] == [("triton", WHOLE)]
         assert _plan("bwd", 2048) == [
-            Stage("hopper", WHOLE, f"hopper: preferred for min(Lq, Lk) in [0, inf) ({source})")
+            short,
+            Stage("hopper", Band(128), f"hopper: preferred for min(Lq, Lk) in [0, inf) ({source})"),
         ]
         assert _plan("fwd", 16, backend="hopper") == [Stage("hopper", WHOLE, "hopper: backend='hopper' requested")]
         assert _plan("fwd", 4096, backend="triton") == [Stage("triton", WHOLE, "triton: backend='triton' requested")]
@@ -264,19 +277,23 @@ def test_auto_plan_follows_the_table_by_length_band(fake_hopper):
         ]
     with fake_hopper(unsupported_reason="head dim 16 not supported; allowed: 64, 128"):
         assert _plan("fwd", 4096) == [
+            short,
             Stage(
                 "triton",
-                WHOLE,
+                Band(128),
                 "triton: preferred for [0, inf); hopper does not support this call: head dim 16 not supported; "
                 "allowed: 64, 128",
-            )
+            ),
         ]
         with pytest.raises(ValueError, match=r"^gdpa: backend='hopper' cannot run this call: hopper does not support"):
             _plan("bwd", 4096, backend="hopper")
         with pytest.raises(ValueError, match=r"^gdpa: fwd_plan's backend 'hopper' cannot run this call: hopper does"):
             _plan("fwd", 64, fwd_plan=[["hopper", 0, None]])
     with fake_hopper(available_reason="not sm90 (got sm80)"):
-        assert _plan("bwd", 4096) == [Stage("triton", WHOLE, "triton: hopper unavailable: not sm90 (got sm80)")]
+        assert _plan("bwd", 4096) == [
+            short,
+            Stage("triton", Band(128), "triton: hopper unavailable: not sm90 (got sm80)"),
+        ]
 
 
 def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fake_hopper, monkeypatch):
@@ -284,10 +301,12 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
     from kernels.gdpa.plan import candidates, label
 
     speed = {
-        "triton[0, 512)+hopper[512, inf)": 2.0,
+        "packed[0, 128)+triton[128, 512)+hopper[512, inf)": 2.0,
+        "packed": 1.2,
         "triton": 1.0,
         "hopper": 3.0,
         "triton[0, 256)+hopper[256, inf)": 2.5,
+        "triton[0, 512)+hopper[512, inf)": 1.8,
         "triton[0, 1024)+hopper[1024, inf)": 1.5,
     }
     current, runs = [None], []
@@ -310,10 +329,12 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
         found = candidates("fwd", call, options)
         # the table's plan, each backend alone, then the splits of backends.SPLITS not yet among them
         assert [label(c) for c in found] == [
-            "triton[0, 512)+hopper[512, inf)",
+            "packed[0, 128)+triton[128, 512)+hopper[512, inf)",
+            "packed",
             "hopper",
             "triton",
             "triton[0, 256)+hopper[256, inf)",
+            "triton[0, 512)+hopper[512, inf)",
             "triton[0, 1024)+hopper[1024, inf)",
         ]
         stages, measured = choice.plan_for("fwd", call, options, run)
@@ -331,8 +352,10 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
         # a split whose edge no sequence reaches is not a candidate; max 300 reaches 256 only
         short = _call(b, 300, 300, self_attention=True)
         assert [label(c) for c in candidates("fwd", short, options)] == [
-            "triton",
+            "packed[0, 128)+triton[128, inf)",
+            "packed",
             "hopper",
+            "triton",
             "triton[0, 256)+hopper[256, inf)",
         ]
         # a candidate that raises is not skipped in silence
@@ -364,7 +387,7 @@ def test_a_backend_module_that_fails_its_contract_is_unavailable(monkeypatch):
     monkeypatch.setitem(sys.modules, backends.ROWS["hopper"].module, broken)
     backends.load.cache_clear()
     try:
-        assert _plan("bwd", 4096)[0].reason == (
+        assert _plan("bwd", 4096)[-1].reason == (
             "triton: hopper unavailable: kernels.gdpa.hopper lacks unavailable, unsupported, forward, backward"
         )
     finally:
@@ -444,8 +467,14 @@ def host_reads_raise():
         yield
 
 
-@pytest.mark.parametrize("options", [None, GDPAOptions(backend="triton", fwd_tiles=(16, 32, 4, 1))])
-def test_a_default_call_reads_nothing_back_forward_and_backward(options):
+@pytest.mark.parametrize(
+    "options,kernels",
+    [
+        (None, {"packed_fwd", "packed_bwd"}),  # short sequences: the table packs them
+        (GDPAOptions(backend="triton", fwd_tiles=(16, 32, 4, 1)), {"fwd", "dkdv", "dq"}),
+    ],
+)
+def test_a_default_call_reads_nothing_back_forward_and_backward(options, kernels):
     b = _batch(q_len=(5, 0, 17), kv_len=(7, 3, 20)).with_grad()
     record = {}
     ref = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, options=options)
@@ -456,7 +485,7 @@ def test_a_default_call_reads_nothing_back_forward_and_backward(options):
         with pytest.raises(AssertionError, match=r"host read: Tensor\.cpu"):  # the guard works: "full" reads
             gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, validate="full")
     assert torch.equal(out, ref) and all(torch.equal(g, r) for g, r in zip(grads, ref_grads, strict=True))
-    assert set(record) == {"dispatch", "fwd", "dkdv", "dq"}
+    assert set(record) == {"dispatch", *kernels}
 
 
 def test_a_call_without_a_graph_skips_autograd_and_gives_the_same_output(monkeypatch):

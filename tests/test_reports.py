@@ -379,10 +379,21 @@ def test_render_with_zero_ok_cases(tmp_path):
     assert "No case finished ok" in html and "RuntimeError: boom" in html
     assert "gdpa_triton: needs CUDA (device=cpu)" in html
     assert "## Summary per shape" in md and "| set | mode | L |" in md
+    # a CPU run draws no empty frame: what has no data is one sentence (issue 32)
+    for name in ("tflops_vs_length", "speedup", "roofline", "power_timeline"):
+        assert not (run / "plots" / f"{name}.png").exists() and not (run / "plots" / f"{name}.csv").exists()
+    not_drawn = next(line for line in md.splitlines() if line.startswith("Not drawn, having no data in this run: "))
+    assert "tflops_vs_length — no ok cases" in not_drawn and "power_timeline — no power data" in not_drawn
+    assert "The plot" not in md  # no "The plot X was not drawn." beside it
+    # the same run on a GPU keeps its placeholders: there an empty plot is news
+    data = json.loads((run / "results.json").read_text())
+    data["meta"].update(device="cuda", gpu="NVIDIA H200")
+    (run / "results.json").write_text(json.dumps(data))
+    render_report(run)
     for name in ("tflops_vs_length", "speedup", "roofline", "power_timeline"):
         assert_png(run / "plots" / f"{name}.png", min_var=1e-5)
         assert pd.read_csv(run / "plots" / f"{name}.csv").empty
-    assert html.count("data:image/png;base64,") >= 5
+    assert (run / "report.html").read_text().count("data:image/png;base64,") >= 5
 
 
 def test_render_legacy_run_with_missing_fields(tmp_path):

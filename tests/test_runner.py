@@ -365,11 +365,12 @@ def test_case_lines_print_cpu_rates_with_significant_digits():
     from bench.sweep.progress import format_rate
     from bench.sweep.runner import case_line
 
-    # the report's unit on every line (issue 25: the console said GFLOP/s where the report said TFLOP/s)
-    assert format_rate(3.2e-7) == "3.2e-07 TFLOP/s" and format_rate(0.5) == "0.5 TFLOP/s"
+    # the unit its size reads in, as the report's tables (issue 32: a CPU run printed `1.728e-06 TFLOP/s`)
+    assert format_rate(3.2e-7) == "320 kFLOP/s" and format_rate(0.5) == "500 GFLOP/s"
     assert format_rate(612.345) == "612.3 TFLOP/s" and format_rate(None) == "—"
+    assert format_rate(1.728e-6) == "1.728 MFLOP/s" and format_rate(0.0) == "0 TFLOP/s"
     rec = {"id": "a/fwd/L=8/p", "status": "ok", "tflops": 1.5e-6, "median_ms": 12.0, "power": None}
-    assert case_line(rec) == "  a/fwd/L=8/p: 1.5e-06 TFLOP/s (12 ms)"
+    assert case_line(rec) == "  a/fwd/L=8/p: 1.5 MFLOP/s (12 ms)"
 
 
 def test_python_api_runs_a_config_path_or_dict_and_returns_the_cases(tmp_path):

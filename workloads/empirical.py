@@ -109,7 +109,8 @@ def _load_cached(path: str, _mtime_ns: int, _size: int, column, user_column) -> 
 
 
 def _text_values(path: str) -> np.ndarray:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    # utf-8-sig: editors (Notepad, Excel's "CSV UTF-8") start a text file with a byte-order mark
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         lines = [line.split("#", 1)[0] for line in f]
     tokens = [t for t in _SPLIT.split("\n".join(lines)) if t]
     if not tokens:

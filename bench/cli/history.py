@@ -125,6 +125,12 @@ def check_command(args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.flagged else 0
 
 
-COMMANDS = (
-    Command("history", "performance history across commits: add a run, report trends, check for steps", arguments, run),
+COMMANDS = (  # it reads run folders and runs no kernel: it starts without torch (Command.runs_kernels)
+    Command(
+        "history",
+        "performance history across commits: add a run, report trends, check for steps",
+        arguments,
+        run,
+        runs_kernels=False,
+    ),
 )

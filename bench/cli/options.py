@@ -19,6 +19,9 @@ class Command:
     help: str
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    # False for a command that only reads results (report, compare, fields, ...): it starts without torch
+    # (~3 s), which choosing the Triton interpreter would import (bench.cli.main)
+    runs_kernels: bool = True
 
 
 def config(parser: argparse.ArgumentParser) -> None:

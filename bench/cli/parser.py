@@ -46,18 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help)
         command.arguments(p)
-        p.set_defaults(handler=command.run)  # not `run`: the profile command has a --run option
+        # not `run`: the profile command has a --run option
+        p.set_defaults(handler=command.run, runs_kernels=command.runs_kernels)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from bench.case.device import use_interpreter_without_gpu
-
-    use_interpreter_without_gpu()
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(argv)  # `--version` and `--help` end here, before torch
         args.argv = argv
+        if args.runs_kernels:
+            from bench.case.device import use_interpreter_without_gpu
+
+            use_interpreter_without_gpu()  # before any kernel module is imported
         command_started()  # a signal from here on stops the command cleanly (bench.sweep.signals)
         return args.handler(args)
     except (ConfigError, UsageError, ResultsWriteError) as exc:

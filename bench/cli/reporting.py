@@ -39,7 +39,7 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 def report(args: argparse.Namespace) -> int:
     from bench.sweep.rundir import folder_option
     from reports.render import render_report
-    from results.checks import check_results
+    from results.checks import check_report_fields, check_results
     from results.files import ResultsError
 
     run_dir = folder_option(args.run_dir, "report")
@@ -48,6 +48,7 @@ def report(args: argparse.Namespace) -> int:
     data = _read(str(run_dir))
     try:
         check_results(data, str(run_dir / "results.json"))  # what compare accepts, and nothing else
+        check_report_fields(data, str(run_dir / "results.json"))  # and what the plots draw with
     except ResultsError as exc:
         raise UsageError(str(exc)) from None
     if args.baseline is not None:
@@ -171,14 +172,30 @@ def fields(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (
-    Command("report", "re-render report.md/.html and plots from results.json", report_arguments, report),
-    Command("compare", "CI perf-regression gate: exit 1 on regression", compare_arguments, compare),
-    Command("table", "a Markdown TFLOP/s table (shapes x provider/mode) of a run, for READMEs", table_arguments, table),
+COMMANDS = (  # none of them runs a kernel: they start without torch (Command.runs_kernels)
     Command(
-        "power-checks", "a run's power counts: at the cap, above it, estimators apart", options.run_dir, power_checks
+        "report", "re-render report.md/.html and plots from results.json", report_arguments, report, runs_kernels=False
+    ),
+    Command("compare", "CI perf-regression gate: exit 1 on regression", compare_arguments, compare, runs_kernels=False),
+    Command(
+        "table",
+        "a Markdown TFLOP/s table (shapes x provider/mode) of a run, for READMEs",
+        table_arguments,
+        table,
+        runs_kernels=False,
     ),
     Command(
-        "fields", "what every field of results.json and of the results frame means (Markdown)", lambda p: None, fields
+        "power-checks",
+        "a run's power counts: at the cap, above it, estimators apart",
+        options.run_dir,
+        power_checks,
+        runs_kernels=False,
+    ),
+    Command(
+        "fields",
+        "what every field of results.json and of the results frame means (Markdown)",
+        lambda p: None,
+        fields,
+        runs_kernels=False,
     ),
 )

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from bench.config.cases import ProviderSpec
 from bench.errors import ConfigError, UsageError
-from kernels.registry import ProviderModuleError, get_provider, provider_names
+from kernels.registry import ProviderModuleError, get_provider, plugin_failures, provider_names
 from support.suggest import did_you_mean
 
 
 def _spec(entry, where: str, known: list[str], path) -> ProviderSpec:
     if entry.name not in known:
+        # the provider may be one a plugin that did not load would have added: say so
+        broken = "".join(f"; {f.source.describe()} did not load ({f.error})" for f in plugin_failures()[:1])
         raise ConfigError(
             f"{path}: {where}: unknown provider {entry.name!r}; allowed: {', '.join(known)}"
             + did_you_mean(entry.name, known)
+            + broken
         )
     try:
         get_provider(entry.name, entry.options or None)  # parses the options: a bad one fails here

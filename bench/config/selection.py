@@ -9,13 +9,13 @@ import re
 
 from bench.config.cases import Case, select
 from bench.config.models import LoadedConfig
-from bench.errors import UsageError
+from bench.errors import CLI, Spelling, UsageError
 from kernels.registry import provider_names
 from support.inputs import InputError, MiB, read_regular
 from support.suggest import did_you_mean
 
 
-def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None) -> list[str] | None:
+def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None, spelling: Spelling = CLI) -> list[str] | None:
     """`--providers a,b` as a list, each a label of the config or a registered provider name."""
     if providers is None:
         return None
@@ -24,24 +24,41 @@ def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None) -> list[s
     unknown = [p for p in wanted if p not in allowed]
     if unknown:
         raise UsageError(
-            f"--providers: unknown provider {unknown[0]!r}; allowed: {', '.join(allowed)}"
+            f"{spelling.name('providers')}: unknown provider {unknown[0]!r}; allowed: {', '.join(allowed)}"
             + did_you_mean(unknown[0], allowed)
         )
     return wanted
 
 
-def select_cases(cfg: LoadedConfig, only: str | None, providers: str | list[str] | None) -> list[Case]:
-    """The config's cases filtered by --only/--providers, with one-line errors for bad values."""
-    labels = parse_labels(cfg, providers)
+def select_cases(
+    cfg: LoadedConfig, only: str | None, providers: str | list[str] | None, spelling: Spelling = CLI
+) -> list[Case]:
+    """The config's cases filtered by --only/--providers, with one-line errors for bad values (naming the
+    options as `spelling` does: the command line's, or bench.run's keywords)."""
+    labels = parse_labels(cfg, providers, spelling)
     if only:
         try:
             re.compile(only)
         except re.error as exc:
-            raise UsageError(f"--only: not a valid regular expression: {exc}") from None
+            raise UsageError(f"{spelling.name('only')}: not a valid regular expression: {exc}") from None
     cases = select(cfg.cases, only, labels)
     if not cases:
-        raise UsageError(f"{cfg.path}: no case matches --only/--providers")
+        raise UsageError(f"{cfg.path}: {_no_match(cfg, only, labels, spelling)}")
     return cases
+
+
+def _no_match(cfg: LoadedConfig, only: str | None, labels: list[str] | None, spelling: Spelling) -> str:
+    """Why nothing was selected, with what there is to choose from: `--providers gdpa,fa4` on a config
+    without them said only "no case matches"."""
+    given = [spelling.arg("only", only)] if only else []
+    if labels is not None:
+        given.append(spelling.arg("providers", ",".join(labels)))
+    hints = []
+    if labels is not None:
+        hints.append(f"the config's providers: {', '.join(cfg.providers)}")
+    if only and cfg.cases:
+        hints.append(f"its case ids look like {cfg.cases[0].id!r} (`gdpa-bench list CONFIG` prints them)")
+    return f"no case matches {' with '.join(given) or 'the selection'}" + "".join(f"; {h}" for h in hints)
 
 
 def restrict_to_list(cfg: LoadedConfig, cases: list[Case], case_list: str) -> list[Case]:

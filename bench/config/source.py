@@ -2,8 +2,8 @@
 data reaches the models (bench.config.models): the path's text, a regular file of bounded size (a FIFO or a
 device is refused, not waited on), YAML nesting depth and alias expansion counted on the parser's events
 before anything is built (a 9×9 alias bomb is ~400 million values), duplicate keys, and the built data
-checked like any untrusted data (reports.inputs.check_plain: integer width, key types, cycles, numpy
-values in a dict config).
+checked like any untrusted data (support.inputs.check_plain: integer width, key types, cycles; numpy
+scalars in a dict config become their Python values, any other foreign object is refused).
 
 Every problem is one `ConfigError` line naming the file (or `<config dict>`).
 """
@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from bench.errors import ConfigError
-from support.inputs import InputError, MiB, a_type, check_plain, read_regular
+from support.inputs import InputError, MiB, a_type, as_python, check_plain, read_regular
 
 DICT_SOURCE = "<config dict>"  # how errors name a config given as a Python dict
 MAX_CONFIG_BYTES = 4 * MiB  # the shipped configs are 1-3 KiB
@@ -111,10 +111,10 @@ def read_config(source: Any) -> tuple[Path, Any, bytes]:
     `raw` its canonical JSON, for the config's sha256)."""
     if isinstance(source, Mapping):
         try:
-            check_plain(source, DICT_SOURCE, max_depth=MAX_DEPTH, max_nodes=MAX_VALUES, paths=True)
+            check_plain(source, DICT_SOURCE, max_depth=MAX_DEPTH, max_nodes=MAX_VALUES, paths=True, numpy_scalars=True)
         except InputError as exc:
             raise ConfigError(str(exc)) from None
-        data = dict(source)
+        data = as_python(source)  # a config built from numpy or pandas: np.int64(2) is 2
         raw = json.dumps(data, sort_keys=True, default=str).encode()
         return Path(DICT_SOURCE), data, raw
     if not isinstance(source, (str, Path)):

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from support.inputs import show
-from support.suggest import did_you_mean
+from support.suggest import close_match, did_you_mean
 
 
 def _loc(loc: tuple) -> str:
@@ -57,7 +57,17 @@ def validation_message(exc: ValidationError, data: dict, path, root: type[BaseMo
             names = list(holder.model_fields)
             msg += f"; allowed: {', '.join(names)}{did_you_mean(loc[-1], names)}"
     elif err["type"] == "missing":
-        msg = "required field is missing"
+        msg = "required field is missing" + _misspelt(exc, err["loc"])
     elif err["type"] in ("literal_error", "finite_number"):
         msg = f"{msg}, got {show(err.get('input'))}"
     return f"{path}: {_loc(tuple(loc))}: {msg}"
+
+
+def _misspelt(exc: ValidationError, loc: tuple) -> str:
+    """` (unknown key 'provders' — did you mean 'providers'?)` when the mapping that misses a required field
+    holds an unknown key close to its name (pydantic reports the missing field first, the typo apart)."""
+    beside = [e["loc"][-1] for e in exc.errors() if e["type"] == "extra_forbidden" and tuple(e["loc"][:-1]) == loc[:-1]]
+    for key in beside:
+        if close_match(key, [loc[-1]]):
+            return f" (unknown key {key!r} — did you mean {loc[-1]!r}?)"
+    return f" (beside it the unknown key {beside[0]!r})" if beside else ""

@@ -58,7 +58,7 @@ def run(
     from bench.config.models import default_run_dir, load_config
     from bench.config.resources import check_run_fits
     from bench.config.selection import select_cases
-    from bench.errors import UsageError
+    from bench.errors import API, UsageError
     from bench.sweep.environments import refuse_in_process
     from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option
     from bench.sweep.runlock import run_folder_lock
@@ -70,9 +70,9 @@ def run(
         raise UsageError(f"out={out!r}: not with resume=, which continues {resume!r} in place")
     for name, value in (("out", out), ("resume", resume)):
         if value is not None:
-            folder_option(value, name)
+            folder_option(value, API.name(name))
     cfg = load_config(config)
-    cases = select_cases(cfg, only, providers)
+    cases = select_cases(cfg, only, providers, API)  # errors name `only=`, not `--only`: no command line here
     refuse_in_process(cases, "bench.run (it runs every case in this process)")
     kind, index = cfg.model.device, None
     if isinstance(device, str):
@@ -82,16 +82,16 @@ def run(
         index = device
     dev = resolve_device(kind, index)
     if resume is not None:
-        run_dir, option = Path(resume), "resume"
-        check_resume(cfg, run_dir, force)
+        run_dir, option = Path(resume), "resume="
+        check_resume(cfg, run_dir, force, API)
     else:
         run_dir = Path(out) if out is not None else default_run_dir(cfg)
-        option = "out" if out is not None else f"{cfg.path}: output_dir:"
-        check_new_run_dir(run_dir, option)
+        option = "out=" if out is not None else f"{cfg.path}: output_dir:"
+        check_new_run_dir(run_dir, option, API)
     check_run_fits(cases, dev, cfg.model.correctness.enabled)
     with run_folder_lock(run_dir, option):
         if resume is None:
-            check_new_run_dir(run_dir, option)
+            check_new_run_dir(run_dir, option, API)
         runner = Runner(cfg, run_dir, dev, resume=resume is not None, progress=progress)
         runner.run(cases)
     _, df, _ = load_run(run_dir)

@@ -25,7 +25,7 @@ from torch.utils import collect_env
 
 from bench.case import hardware
 from bench.monitor import PowerMonitor, device_facts, gpu_index_from_device
-from kernels.registry import get_provider, provider_names
+from kernels.registry import get_provider, plugin_failures, provider_names, provider_source
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_PREFIXES = ("GDPA_", "TRITON_")
@@ -185,6 +185,7 @@ def collect(device: torch.device) -> dict:
         "gpu_persistence_mode": facts.get("persistence_mode"),
         "gpu_mig_mode": facts.get("mig_mode"),
         "env": variables(),
+        "provider_plugins": provider_plugins(),
     }
 
 
@@ -217,9 +218,28 @@ def provider_table(device: torch.device) -> list[dict]:
                 "available": reason is None,
                 "reason": reason,
                 "description": p.description,
+                "source": provider_source(name).describe(),
             }
         )
     return rows
+
+
+def provider_plugins() -> list[dict]:
+    """The installed plugins (entry points of `gdpa_bench.providers`) this process loaded, with the providers
+    each added, and those that failed with their error: recorded in results.json `meta.provider_plugins`,
+    so a result names the plugin version that produced it."""
+    by_entry: dict[str, dict] = {}
+    try:
+        names = provider_names()
+    except ImportError:  # a GDPA_BENCH_PROVIDERS module that does not import: its command says so (one line)
+        return []
+    for name in names:
+        src = provider_source(name)
+        if src.kind == "plugin":
+            by_entry.setdefault(src.entry_point, {**src.record(), "providers": [], "error": None})
+            by_entry[src.entry_point]["providers"].append(name)
+    failed = [{**f.source.record(), "providers": [], "error": f.error} for f in plugin_failures()]
+    return [*by_entry.values(), *failed]
 
 
 ENV_KEYS = (
@@ -276,10 +296,15 @@ def print_env(device: torch.device, full: bool = False) -> None:
         print(f"  {'nvml':28s} unavailable: {exc}")
     peak, hbm, row = peaks(info["gpu"])
     print(f"  {'datasheet':28s} {row or 'unknown GPU'} {peak or ''} {f'{hbm} TB/s' if hbm else ''}")
-    print("providers:")
+    print("providers: name, semantics, where it came from, whether it runs here")
     for r in provider_table(device):
         status = "ok" if r["available"] else f"unavailable: {r['reason']}"
-        print(f"  {r['provider']:18s} {r['semantics']:8s} {status}")
+        print(f"  {r['provider']:18s} {r['semantics']:8s} {r['source']:24s} {status}")
+    failures = plugin_failures()
+    if failures:
+        print("provider plugins that did not load (their providers are left out):")
+        for f in failures:
+            print(f"  {f.source.describe()}: {f.error}")
     if full:
         print("\ntorch.utils.collect_env:")
         print(re.sub(r"^", "  ", collect_env.get_pretty_env_info(), flags=re.M))

@@ -12,6 +12,8 @@ from typing import IO
 
 from tqdm import tqdm
 
+from results.rates import rate
+
 
 class Progress:
     def __init__(self, total: int, enabled: bool, log: Callable[[str], object] = print, file: IO | None = None):
@@ -44,8 +46,8 @@ class Progress:
 
 
 def format_rate(tflops: float | None) -> str:
-    """TFLOP/s for a log line — the unit of the report's tables, whatever the size (a CPU run's line once
-    said GFLOP/s where its report said TFLOP/s) — with significant digits, never a bare "0.0"."""
+    """A case's rate for a log line in the unit its size reads in (results.rates: 612.3 TFLOP/s on a GPU,
+    1.728 MFLOP/s for an interpreted kernel on a CPU — the report's tables read the same), never a bare "0.0"."""
     if tflops is None:
         return "—"
-    return f"{tflops:.4g} TFLOP/s"
+    return rate(tflops)

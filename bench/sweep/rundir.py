@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from bench.config.models import LoadedConfig
-from bench.errors import UsageError
+from bench.errors import CLI, Spelling, UsageError
 from results.files import ResultsError, read_results
 from support.inputs import InputError, check_path_text
 
@@ -54,41 +54,45 @@ def check_writable_folder(path: Path, where: str) -> None:
         raise UsageError(f"{where}: {existing} is not writable (read-only or no permission)")
 
 
-def check_new_run_dir(path: Path, option: str) -> None:
-    """A new run may be written to `path`; `option` names where the path came from (`--out`, or the
-    config's `output_dir`) in the one-line error."""
+def check_new_run_dir(path: Path, option: str, spelling: Spelling = CLI) -> None:
+    """A new run may be written to `path`; `option` names where the path came from (`--out`, `out=`, or
+    the config's `output_dir`) in the one-line error, `spelling` how to name `--resume` in it."""
     path = folder_option(path, option)
-    where = f"{option} {path}"
+    where = f"{option}{path!s}" if option.endswith("=") else f"{option} {path}"
     if path.exists() and not path.is_dir():
         raise UsageError(f"{where}: is a file; allowed: a new folder, or an empty one")
     if path.is_dir() and holds_run(path):
-        raise UsageError(f"{where}: already holds a run; continue it with --resume {path}, or choose another folder")
+        raise UsageError(
+            f"{where}: already holds a run; continue it with {spelling.arg('resume', str(path))}, or choose "
+            "another folder"
+        )
     check_writable_folder(path, where)
 
 
-def check_resume(cfg: LoadedConfig, run_dir: Path, force: bool = False) -> dict:
+def check_resume(cfg: LoadedConfig, run_dir: Path, force: bool = False, spelling: Spelling = CLI) -> dict:
     """The results of the run `--resume run_dir` continues; refuses a run of another config unless
-    `force`."""
-    run_dir = folder_option(run_dir, "--resume")
+    `force`. Errors name the options as `spelling` does (`--resume DIR`, or bench.run's `resume='DIR'`)."""
+    run_dir = folder_option(run_dir, spelling.name("resume"))
+    where = spelling.arg("resume", str(run_dir))
     if not run_dir.is_dir():
-        raise UsageError(f"--resume {run_dir}: no such folder")
+        raise UsageError(f"{where}: no such folder")
     if not (run_dir / "results.json").exists():
-        raise UsageError(f"--resume {run_dir}: no results.json there")
+        raise UsageError(f"{where}: no results.json there")
     try:
         data = read_results(run_dir)
     except ResultsError as exc:
-        raise UsageError(f"--resume {run_dir}: {exc}") from None
+        raise UsageError(f"{where}: {exc}") from None
     meta = data["meta"]
     theirs = (meta.get("config_name"), meta.get("config_sha256"))
     if not force and theirs != (cfg.name, cfg.sha256):
         sha = str(theirs[1] or "none")[:12]
         raise UsageError(
-            f"--resume {run_dir}: that run was made from config {theirs[0]!r} ({meta.get('config')}, "
+            f"{where}: that run was made from config {theirs[0]!r} ({meta.get('config')}, "
             f"sha256 {sha}), not {cfg.name!r} ({cfg.path}, sha256 {cfg.sha256[:12]}); resuming would mix two "
-            "configs in one run: pass --force to continue it anyway"
+            f"configs in one run: pass {spelling.arg('force')} to continue it anyway"
         )
     if not os.access(run_dir, os.W_OK | os.X_OK):
-        raise UsageError(f"--resume {run_dir}: the folder is not writable (read-only or no permission)")
+        raise UsageError(f"{where}: the folder is not writable (read-only or no permission)")
     return data
 
 

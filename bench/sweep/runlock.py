@@ -53,6 +53,11 @@ def holder(run_dir: Path, wait_s: float = 1.0) -> str:
     return f"pid {info['pid']} on {info.get('host')}, since {info.get('since')}" + (f": {cmd[:200]}" if cmd else "")
 
 
+def _named(option: str, run_dir: Path) -> str:
+    """`--out DIR`, or bench.run's `out=DIR`."""
+    return f"{option}{run_dir}" if option.endswith("=") else f"{option} {run_dir}"
+
+
 def take(fd: int, run_dir: Path, where: str) -> None:
     """Lock the open lock file `fd` of `run_dir` without waiting; a one-line UsageError naming the holder
     when another process holds it (`where` starts the line)."""
@@ -76,9 +81,9 @@ def run_folder_lock(run_dir: Path, option: str) -> Iterator[int]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as exc:
-        raise UsageError(f"{option} {run_dir}: cannot create its lock file ({exc.strerror or exc})") from None
+        raise UsageError(f"{_named(option, run_dir)}: cannot create its lock file ({exc.strerror or exc})") from None
     try:
-        take(fd, run_dir, f"{option} {run_dir}")
+        take(fd, run_dir, _named(option, run_dir))
         info = {
             "pid": os.getpid(),
             "host": socket.gethostname(),

@@ -44,6 +44,13 @@ class BackendRow:
 # Measured on one H200 (kernels/gdpa/PERF.md, "Jagged batches"): see there for every band's figures.
 TABLE: tuple[BackendRow, ...] = (
     BackendRow(
+        name="packed",
+        module="kernels.gdpa.packed",
+        description="short sequences several to a block-diagonal tile (kernels/gdpa/packed.py), the rest on Triton",
+        prefer={"fwd": (Band(0, 128),), "bwd": (Band(0, 128),)},
+        source="predicted, not yet measured: kernels/gdpa/PERF.md, packed short sequences",
+    ),
+    BackendRow(
         name="hopper",
         module="kernels.gdpa.hopper",
         description="FA4's warp-specialized sm90 kernels with the GDPA pointwise (kernels/gdpa/hopper)",

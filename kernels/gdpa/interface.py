@@ -193,7 +193,8 @@ def gdpa(
             for the forward ("fwd") and, when it runs, the backward ("bwd"); record["fwd"], ["dkdv"],
             ["dq"] for each Triton kernel launched over the whole batch (with the band appended, e.g.
             "fwd [0, 128)", for a launch over one band: tiles, where they came from, grid, and on a GPU
-            registers, spills and shared memory); the Hopper backend adds its own keys. Each launch
+            registers, spills and shared memory); the packed backend adds "packed_fwd <band>" / "packed_bwd <band>"
+            (the same fields), the Hopper backend its own keys. Each launch
             overwrites its keys.
     Returns:
         `[ΣLq, H, D]` in q's dtype. Zero-length sequences are legal and produce nothing.

@@ -63,8 +63,8 @@ def parse_tiles(name: str, value: Any) -> Tiles | None:
 class GDPAOptions:
     """backend: "auto" (the default; per call and per length band, the backend the measured table in
     backends.py prefers where it can run, else Triton — the plan and its reasons go to `record`), or one
-    backend of backends.NAMES ("triton", "hopper") for the whole call (an error where it cannot run, never
-    a silent fallback).
+    backend of backends.NAMES ("packed": sequences of <= 128 tokens several to a tile, Triton above; "hopper";
+    "triton") for the whole call (an error where it cannot run, never a silent fallback).
     fwd_tiles / dkdv_tiles / dq_tiles: pinned tiles of the Triton forward, dK/dV and dQ kernels; None
     autotunes. A causal forward needs BLOCK_M to be a multiple of BLOCK_N (checked at the call).
     fwd_plan / bwd_plan: pin the launches of a pass, [[backend, lo, hi], ...] over bands of min(Lq, Lk)

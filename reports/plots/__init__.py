@@ -1,7 +1,8 @@
 """The plots of one run. Each plot is one module of this package: a function decorated with `@plot` (its
 caption, its place in the report, its CSV columns; reports.plots.registry), found here without being
 listed. Each writes a PNG under `<run_dir>/plots/` and, beside it, a CSV of exactly the data drawn; with
-nothing to draw, a PNG that says why and CSVs with headers only.
+nothing to draw, a PNG that says why and CSVs with headers only — on a GPU run; a CPU run draws only
+the plots that have data (the others are one sentence in the report).
 
 - `tflops_vs_length`: TFLOP/s vs max length, one line per provider, one panel per set × mode × other sweep
   values; datasheet peak and measured GEMM ceiling as horizontal lines (CSV rows `kind=ceiling`).
@@ -25,6 +26,7 @@ Only the object-oriented Matplotlib API is used (Figure + FigureCanvasAgg): no p
 
 from __future__ import annotations
 
+import errno
 import importlib
 import pkgutil
 import warnings
@@ -33,9 +35,11 @@ from pathlib import Path
 import pandas as pd
 
 from reports.plots.common import PlotWarning, placeholder
-from reports.plots.registry import PlotData, draw, registered
+from reports.plots.registry import PlotData, PlotFiles, draw, registered
 from results.power_csv import read_power
 
+# errors of a file that cannot be written: the report stops (reports.render puts the old one back)
+WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO}
 # the package's own machinery; every other module of it holds plots
 _FRAMEWORK = {"common", "registry"}
 
@@ -49,11 +53,12 @@ def load_plot_modules() -> None:
 
 def make_all_plots(
     run_dir: str | Path, meta: dict, cases: pd.DataFrame, workloads: dict, baseline: str | None = None
-) -> list[Path]:
-    """Every registered plot of a run into `<run_dir>/plots/`; returns every file written (PNGs and CSVs).
+) -> PlotFiles:
+    """Every registered plot of a run into `<run_dir>/plots/`; returns every file written (PNGs and CSVs),
+    with each plot's caption for what it drew and, on a CPU run, the plots with nothing to draw (no file).
 
     A plot that raises is replaced by a placeholder PNG naming the error (and a `PlotWarning`), so one
-    broken plot never stops the report.
+    broken plot never stops the report; an OSError (a file that cannot be written) is raised.
     """
     run_dir = Path(run_dir)
     if run_dir.is_file():
@@ -62,10 +67,15 @@ def make_all_plots(
     out.mkdir(parents=True, exist_ok=True)
     load_plot_modules()
     data = PlotData(meta, cases, workloads, read_power(run_dir), baseline)
-    written: list[Path] = []
+    written = PlotFiles()
     for p in registered():
         try:
-            written.extend(draw(p, data, out))
+            written.extend(draw(p, data, out, written))
+        except OSError as e:
+            if e.errno in WRITE_ERRORS:
+                raise  # a file that cannot be written (disk full) is the report's error, not one plot's
+            warnings.warn(f"plot {p.name} failed: {e!r}", PlotWarning, stacklevel=2)
+            written.append(placeholder(out / f"{p.name}.png", f"plot failed: {type(e).__name__}: {e}", p.name))
         except Exception as e:
             warnings.warn(f"plot {p.name} failed: {e!r}", PlotWarning, stacklevel=2)
             written.append(placeholder(out / f"{p.name}.png", f"plot failed: {type(e).__name__}: {e}", p.name))

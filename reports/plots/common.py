@@ -14,7 +14,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from kernels.registry import MODES
+from kernels.modes import MODES
 from results.frame import provider_label
 from support.png import save_compact_png
 

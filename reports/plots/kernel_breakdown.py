@@ -11,7 +11,7 @@ from matplotlib import colormaps
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from kernels.registry import MODES
+from kernels.modes import MODES
 from reports.plots.common import figure, grid, legend, ok_cases, panel_title
 from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.frame import table_frame

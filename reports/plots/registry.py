@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from reports.cpu_notes import is_cpu_run
 from reports.plots.common import placeholder, save, write_csv
 
 
@@ -57,6 +58,19 @@ class Drawing:
     figure: Figure
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     extras: list[Path] = field(default_factory=list)
+    caption: str = ""  # the caption of what was drawn, when it is not the registered one (a CPU run's)
+
+
+class PlotFiles(list):
+    """`make_all_plots`'s files (PNGs and CSVs) and what the report says of each plot: `captions` ({name:
+    the caption of what it drew}, where that is not the registered caption) and `not_drawn` ({name: why}):
+    on a CPU run a plot with nothing to draw writes no file — the GPU-only plots were empty frames under
+    captions about power and speedups."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.captions: dict[str, str] = {}
+        self.not_drawn: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -110,17 +124,24 @@ def registered() -> list[Plot]:
     return sorted(PLOTS.values(), key=lambda p: (p.order, p.name))
 
 
-def draw(p: Plot, data: PlotData, out: Path) -> list[Path]:
+def draw(p: Plot, data: PlotData, out: Path, files: PlotFiles | None = None) -> list[Path]:
     """Draw plot `p` into the folder `out`: its extras, its PNG and its CSVs, in that order (nothing for a
-    run its `when` excludes)."""
+    run its `when` excludes, nor on a CPU run for a plot with nothing to draw). `files` collects its caption
+    and why it was not drawn."""
     if p.when is not None and not p.when(data):
         return []
     png, csvs = p.files(out)
     try:
         drawing = p.draw(data, out)
     except NothingToPlot as empty:
+        if is_cpu_run(data.meta):  # nothing to draw on a CPU: no frame, one sentence in the report
+            if files is not None:
+                files.not_drawn[p.name] = empty.why
+            return []
         placeholder(png, empty.why, empty.title)
         return [png, *(write_csv(pd.DataFrame(), csv, cols) for csv, cols in zip(csvs, p.tables.values(), strict=True))]
+    if drawing.caption and files is not None:
+        files.captions[p.name] = drawing.caption
     save(drawing.figure, png)
     tables = [drawing.tables.get(suffix, pd.DataFrame()) for suffix in p.tables]
     written = [write_csv(t, csv, cols) for t, csv, cols in zip(tables, csvs, p.tables.values(), strict=True)]

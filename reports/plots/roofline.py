@@ -12,10 +12,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels.registry import MODES
+from kernels.modes import MODES
+from reports.cpu_notes import is_cpu_run
 from reports.plots.common import each_provider, figure, fmt_num, ok_cases, provider_colors
 from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
 from results.figures import ceiling_for
+from results.rates import unit_for
 
 MODE_MARKERS = {"fwd": "o", "bwd": "s", "fwd_bwd": "^"}
 
@@ -49,13 +51,17 @@ def roofline(data: PlotData, out: Path) -> Drawing:
     fig = figure(12, 6.2)
     ax = fig.add_subplot()
     rows: list[dict] = []
+    # the y axis in the unit the rates read in (a CPU run's are MFLOP/s); the CSV keeps TFLOP/s
+    unit, size = unit_for(max([float(pts["tflops"].max())] + [c for c in (compute, sheet_c) if c == c and c > 0]))
+    roofs: list[str] = []
 
     def roof(c: float, b: float, name: str, **kw: Any) -> None:
         have_c, have_b = c == c and c > 0, b == b and b > 0
         if not (have_c or have_b):
             return
+        roofs.append(name)
         ys = np.minimum(np.full_like(xs, c if have_c else np.inf), b * xs if have_b else np.inf)
-        ax.plot(xs, ys, **kw)
+        ax.plot(xs, ys / size, **kw)
         # The polyline's corners are enough to redraw it.
         corners = [lo, hi] + ([c / b] if have_c and have_b and lo < c / b < hi else [])
         for x in sorted(corners):
@@ -88,7 +94,7 @@ def roofline(data: PlotData, out: Path) -> Drawing:
         for mode, sm in s.groupby("mode", sort=False):
             ax.scatter(
                 sm["intensity"],
-                sm["tflops"],
+                sm["tflops"] / size,
                 s=36,
                 marker=MODE_MARKERS.get(mode, "D"),
                 facecolors="none" if soft else colors.get(prov),
@@ -98,7 +104,7 @@ def roofline(data: PlotData, out: Path) -> Drawing:
         points.append(s.assign(kind="case", name=label, provider=prov, label=label))
     for _, r in seen.iterrows():
         color = colors.get(r["provider"])
-        xy, xy0 = (r["counters.intensity"], r["counters.tflops"]), (r["intensity"], r["tflops"])
+        xy, xy0 = (r["counters.intensity"], r["counters.tflops"] / size), (r["intensity"], r["tflops"] / size)
         ax.annotate("", xy=xy, xytext=xy0, arrowprops=dict(arrowstyle="->", color=color, lw=0.8))
         ax.scatter(*xy, s=110, marker="*", color=color, edgecolors="black", linewidths=0.6, zorder=3)
     if len(seen):
@@ -107,8 +113,9 @@ def roofline(data: PlotData, out: Path) -> Drawing:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte of compulsory HBM traffic)")
-    ax.set_ylabel("achieved TFLOP/s")
+    memory = "memory" if is_cpu_run(meta) else "HBM"  # a CPU has no HBM
+    ax.set_xlabel(f"arithmetic intensity (FLOP / byte of compulsory {memory} traffic)")
+    ax.set_ylabel(f"achieved {unit}")
     ax.grid(True, which="both", alpha=0.25)
     prov_h = [
         Line2D(
@@ -137,6 +144,20 @@ def roofline(data: PlotData, out: Path) -> Drawing:
         bbox_to_anchor=(1.01, 1.0),
     )
     others = sorted(set(pts["dtype"].dropna().astype(str)) - {dtype})
-    extra = f"; points also {', '.join(others)}, drawn against this roof" if others else ""
-    ax.set_title(f"roofline (roof: {dtype or 'dtype unknown'}{extra}; hollow markers: softmax providers)", fontsize=11)
-    return Drawing(fig, {"": pd.concat([pd.DataFrame(rows), *points], ignore_index=True)})
+    soft = bool((pts["semantics"] == "softmax").any())
+    if roofs:
+        extra = f"; points also {', '.join(others)}, drawn against this roof" if others else ""
+        what = f"roofline (roof: {dtype or 'dtype unknown'}{extra}"
+    else:  # no peak known (a CPU): the points alone, and a title that promises no roof
+        what = f"arithmetic intensity vs achieved {unit} (no roof: no peak is known for this device"
+    ax.set_title(what + ("; hollow markers: softmax providers)" if soft else ")"), fontsize=11)
+    table = pd.concat([pd.DataFrame(rows), *points], ignore_index=True)
+    return Drawing(fig, {"": table}, caption=CAPTION if roofs else _caption_without_roof(unit, memory, len(seen) > 0))
+
+
+def _caption_without_roof(unit: str, memory: str, measured: bool) -> str:
+    return (
+        f"Arithmetic intensity (FLOPs over the compulsory {memory} bytes) vs achieved {unit}, one point per ok "
+        "case; no roof is drawn: no compute or bandwidth peak is known for this device"
+        + ("; a star: the point Nsight Compute measured." if measured else ".")
+    )
