@@ -17,17 +17,23 @@ backward uses a technique only when its forward flag is on too (:3452-3455), so 
 combination is a config error here rather than a mislabelled run. `enable_ws` needs Meta's Triton fork
 (facebookexperimental/triton, `tl.async_task`; Meta's own benchmark requires it, gdpa/scripts/benchmark.py:69;
 on stock Triton its warp-specialization config keywords are dropped, :107-122): without the fork that
-label is skipped with the reason.
+label is skipped with the reason. With the fork (`fbtriton`, in the entry's own environment:
+bench.sweep.environments) its WS autotune configs pass `num_consumer_groups` / `num_buffers_warp_spec` (:361,
+:1849; BLOCK_N 32 is left out, "32 will cause ws hang", :368); before the first case the provider builds
+Meta's WS kernels once on a small batch (`ws_build_check`), so a fork that cannot build them for this GPU
+skips the label with what failed (the compiler's log is the traceback in the run's errors.log).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
 
 from kernels import peer_checkout as pc
 from kernels.registry import CaseSpec, register
+from support.text import one_line
 from workloads.batch import JaggedBatch
 
 PEER = pc.Peer(
@@ -117,6 +123,37 @@ def fork_reason() -> str | None:
     )
 
 
+WS_PROBE = (2, 128, 2, 128)  # sequences, length, heads, head dim of the batch the WS build is checked on
+
+
+def ws_build_check(provider, device: torch.device) -> None:
+    """Build and run Meta's warp-specialized forward (and backward, with a `ws` technique) once on a small
+    batch; a RuntimeError naming the Triton build and the GPU, with the compiler's error chained, when it
+    cannot (the runner records it as the skip reason and logs the traceback)."""
+    import triton
+
+    from workloads.batch import make_batch
+
+    n, length, heads, dim = WS_PROBE
+    b = make_batch([length] * n, [length] * n, H=heads, D=dim, dtype=torch.bfloat16, device=device, seed=0)
+    spec = CaseSpec(mode="fwd_bwd", activation="fast_gelu")
+    try:
+        if "ws" in bwd_techs(provider.options["bwd_opt_tech"]):
+            provider.build(b, spec, "fwd_bwd")()
+        else:
+            provider.build(b, spec, "fwd")()
+        torch.cuda.synchronize(device)
+    except Exception as exc:
+        major, minor = torch.cuda.get_device_capability(device)
+        lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
+        what = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""  # a compile error: where, what
+        raise RuntimeError(
+            f"enable_ws: Meta's warp-specialized kernels do not build here (triton {triton.__version__} from "
+            f"{os.path.dirname(triton.__file__)}, sm_{major}{minor}; the compiler's log: errors.log): "
+            f"{type(exc).__name__}: {one_line(what)}"
+        ) from exc
+
+
 def accept_object_annotations() -> None:
     """Meta's backward kernel declares its arguments `Q: object, ...` (`_gdpa_bwd`, at line 2600 of SRC above).
     Triton 3.6's code generator resolves an annotation as a name, among the kernel's globals and a short
@@ -162,6 +199,12 @@ class MetaGDPAProvider(pc.PeerProvider):
     def _entry(self):
         accept_object_annotations()
         return self.peer_module().generalized_dot_product_attention
+
+    def availability(self, device) -> str | None:
+        reason = super().availability(device)
+        if reason is None and self.options["enable_ws"]:
+            ws_build_check(self, torch.device(device))  # raises with what failed: the runner logs it
+        return reason
 
     def device_reason(self, device: torch.device) -> str | None:
         if self.options["enable_ws"]:

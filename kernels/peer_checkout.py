@@ -14,7 +14,9 @@ Peer code imports itself under its own package name (Meta's GDPA as `ads_mkl.ops
 `generative_recommenders...`), so a checkout is *mounted* under that name: the package is created in
 `sys.modules` with the checkout as its search path, and the peer's own imports resolve into the checkout.
 One process holds one checkout of each peer: an entry that asks for a second, different one is skipped
-with the reason, never silently served by the first.
+with the reason, never silently served by the first. A peer whose modules import each other as top-level
+names (Meta's TLX megakernel: `from tlx_math import ...`) is `flat`: its folder goes first on `sys.path`
+instead, and a top-level module of that name already loaded from elsewhere is a skip reason.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Peer:
     importable: str  # what a user makes importable instead of a checkout (skip reasons name it)
     package_dir: str  # that package's folder inside the checkout ("" = the checkout root)
     marker: str  # a file every checkout has: proves a path is one
+    flat: bool = False  # its modules import each other as top-level names: package_dir goes on sys.path
 
     @property
     def default_path(self) -> Path:
@@ -107,7 +110,7 @@ def find_source(peer: Peer, module: str, path_option: str | None) -> Source | st
 
 
 def _checkout_of(peer: Peer, mounted: Path) -> Path:
-    return mounted.parent if peer.package_dir else mounted
+    return mounted.parents[len(Path(peer.package_dir).parts) - 1] if peer.package_dir else mounted
 
 
 def _namespace(name: str, paths: list[str]) -> types.ModuleType:
@@ -127,9 +130,26 @@ def _bind(name: str, mod: types.ModuleType) -> None:
         setattr(sys.modules[parent], child, mod)
 
 
+def mount_flat(peer: Peer, target: Path) -> None:
+    """Put a flat peer's folder first on sys.path (once per process), its top module not loaded from elsewhere."""
+    mounted = _MOUNTED.get(peer.package)
+    if mounted is not None and mounted != target:
+        raise PeerLoadError(f"{peer.package} is already loaded from {mounted}; one {peer.key} per process")
+    loaded = sys.modules.get(peer.package)
+    where = Path(getattr(loaded, "__file__", "") or "").parent.resolve() if loaded is not None else target
+    if where != target:
+        raise PeerLoadError(f"a module {peer.package} is already loaded from {where}; this entry asks for {target}")
+    if str(target) not in sys.path:
+        sys.path.insert(0, str(target))
+    _MOUNTED[peer.package] = target
+
+
 def mount(peer: Peer, checkout: Path) -> None:
     """Make `peer.package` import from `checkout` (once per process; the same checkout again is a no-op)."""
     target = (checkout / peer.package_dir if peer.package_dir else checkout).resolve()
+    if peer.flat:
+        mount_flat(peer, target)
+        return
     loaded = sys.modules.get(peer.package)
     if loaded is not None:
         paths = [Path(p).resolve() for p in getattr(loaded, "__path__", [])]
@@ -162,8 +182,17 @@ def mount(peer: Peer, checkout: Path) -> None:
 
 def unmount(peer: Peer) -> None:
     """Forget the peer's package and every module loaded under its top-level name, mounted or imported
-    (tests; a process normally keeps what it loaded)."""
-    _MOUNTED.pop(peer.package, None)
+    (tests; a process normally keeps what it loaded); a flat peer's folder and every module loaded from it."""
+    target = _MOUNTED.pop(peer.package, None)
+    if peer.flat:
+        if target is not None:
+            sys.path[:] = [p for p in sys.path if p != str(target)]
+            for name, mod in list(sys.modules.items()):
+                f = getattr(mod, "__file__", None)
+                if f and Path(f).resolve().is_relative_to(target):
+                    del sys.modules[name]
+        sys.modules.pop(peer.package, None)
+        return
     top = peer.package.split(".")[0]
     for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
         del sys.modules[name]

@@ -40,6 +40,7 @@ PROVIDER_MODULES = (
     "kernels.flex_attention",
     "kernels.meta_gdpa",
     "kernels.meta_gdpa_cute",
+    "kernels.meta_gdpa_tlx",
     "kernels.hstu",
 )
 

@@ -182,6 +182,18 @@ METRICS: tuple[Metric, ...] = (
       "what the provider ran (`kernel_configs()`): for the GDPA op the backend and reason per pass, tiles, "
         "registers, spills",
       kind="object"),
+    Metric("environment", "", "runner", "",
+      "the environment that ran the case: a provider entry's own (`environment:`, a worker started with it) or the "
+        "harness's", kind="block"),
+    Metric("environment.declared", "", "config", "",
+      "the entry's `environment` (`python`, `prepend_path`) as the config names it; null: the harness's own",
+      kind="object"),
+    Metric("environment.python", "", "runner", "", "the interpreter of the process that ran the case", kind="text"),
+    Metric("environment.triton", "", "runner", "", "`triton.__version__` in that process", kind="text"),
+    Metric("environment.triton_package", "", "runner", "",
+      "the distribution that installed that `triton`, `<name> <version>` (Meta's fork installs as triton: "
+        "`fbtriton 3.6.1`)", kind="text"),
+    Metric("environment.triton_path", "", "runner", "", "the folder it was imported from", kind="text"),
     Metric("wall_s", "s", "runner", "", "wall time of the whole case (gate, build, timing, energy loop)", fmt="ms"),
     Metric("min_bytes", "B", "frame", "elem · (2Q + 2K) fwd, (3Q + 4K) bwd, both for fwd_bwd",
       "compulsory HBM traffic (results.figures.min_bytes)", fmt="sci",

@@ -5,7 +5,9 @@ A sticky CUDA error poisons the process: after it, every CUDA call of that proce
 `_poisoned` is this process's stand-in for its CUDA context: `test_sim_fault` sets it on the case whose
 longest sequence is its option `fault_at` and raises CUDA's own text; from then on every call of either
 provider here raises it too, as every CUDA call would. A fresh process starts clean. `sleep_s` makes each
-call slow enough for a test to interrupt a run in flight.
+call slow enough for a test to interrupt a run in flight. `test_sim_profiled_fault` faults only under a
+profiler (the profiled phase, bench.profiling.later); `test_sim_hang` hangs (`hang_in`: gate, compile,
+profiled).
 """
 
 import time
@@ -73,3 +75,43 @@ class SimulatedProfiledFault(_Poisonable):
             _poisoned = True
             raise RuntimeError(STICKY)
         return super().forward(batch, spec)
+
+
+@register
+class SimulatedHang(NaiveEager):
+    """A kernel that deadlocks: on the case whose longest sequence is `hang_at` its call never returns (in the
+    phase `hang_in`: the gate's call, the first call after the build, or a call under the profiler)."""
+
+    name = "test_sim_hang"
+    description = "naive_eager whose call sleeps forever at max length `hang_at` (tests only)"
+
+    def parse_options(self, options: dict):
+        unknown = sorted(set(options) - {"hang_at", "hang_in"})
+        if unknown:
+            raise ValueError(f"{self.name}: unknown option {unknown[0]!r}; allowed: hang_at, hang_in")
+        return {"hang_at": options.get("hang_at"), "hang_in": options.get("hang_in", "gate")}
+
+    def forward(self, batch, spec):
+        if batch.max_q == self.options["hang_at"] and self._hangs_now():
+            while True:
+                time.sleep(3600)
+        return super().forward(batch, spec)
+
+    def _hangs_now(self) -> bool:
+        """`gate`: at once (the gate's call comes first); `profiled`: only under a profiler (the profiled phase)."""
+        import torch
+
+        return self.options["hang_in"] == "gate" or (
+            self.options["hang_in"] == "profiled" and torch.autograd.profiler._is_profiler_enabled
+        )
+
+    def build(self, batch, spec, mode):
+        fn = super().build(batch, spec, mode)
+        if batch.max_q != self.options["hang_at"] or self.options["hang_in"] != "compile":
+            return fn
+
+        def hang():
+            while True:
+                time.sleep(3600)
+
+        return hang

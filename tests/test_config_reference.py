@@ -38,7 +38,9 @@ def _with(key: str, example) -> dict:
     cfg = copy.deepcopy(BASE)
     if key.startswith("providers[]."):
         field = key.removeprefix("providers[].")
-        cfg["providers"] = [{"name": "gdpa_triton", field: example} if field != "name" else {"name": example}]
+        outer, _, inner = field.partition(".")  # a field of a mapping inside the entry (environment.python)
+        value = {inner: example} if inner else example
+        cfg["providers"] = [{"name": "gdpa_triton", outer: value} if field != "name" else {"name": example}]
     elif key.startswith("sets[]."):
         cfg["sets"][0][key.removeprefix("sets[].")] = example
     elif "." in key:

@@ -1,8 +1,10 @@
-"""A kernel that really faults the GPU does not take the sweep down (`pytest -m gpu tests/test_faults_gpu.py`):
+"""A kernel that really faults or hangs the GPU does not take the sweep down (`pytest -m gpu tests/test_faults_gpu.py`):
 `python -m bench run` of a small config with `test_oob_store` (tests/fault_providers_gpu.py: an
 out-of-bounds Triton store at one length) records those cases `failed` with CUDA's error and every other
 case `ok`, each fault ending one worker process; gdpa_triton's timings match a run without the faulting
-provider (a GPU-bound kernel: naive_eager's per-sequence launches measured the host, 0.58-1.0x run to run)."""
+provider (a GPU-bound kernel: naive_eager's per-sequence launches measured the host, 0.58-1.0x run to run).
+With `test_spin_hang` (a Triton kernel spinning on a flag nobody sets) and `--case-timeout`, the hung case
+is killed with its worker, recorded `failed` (`hung: ...`, in phase gate) and the sweep goes on."""
 
 import math
 import os
@@ -75,3 +77,43 @@ def test_a_gpu_fault_fails_its_cases_only_and_leaves_the_other_timings_alone(tmp
     print("median with the faulting provider / without:", {k: round(v, 3) for k, v in ratios.items()})
     assert len(ratios) == 6 and all(0.85 < r < 1.18 for r in ratios.values()), ratios
     assert abs(math.log(math.prod(ratios.values())) / len(ratios)) < math.log(1.05), ratios
+
+
+HANG_AT = 256
+HANG_CONFIG = f"""
+name: gpu-hang
+device: cuda
+providers:  # tiles pinned: no autotuning inside the 60 s deadline of the first case
+  - {{name: gdpa_triton, options: {{fwd_tiles: [128, 64, 8, 3]}}}}
+  - {{name: test_spin_hang, options: {{hang_at: {HANG_AT}}}}}
+modes: [fwd]
+timing: {{warmup_ms: 20, rep_ms: 50, min_reps: 5}}
+power: {{enabled: false}}
+hardware: {{calibrate: false}}
+sets:
+  - name: s
+    B: 64
+    H: 4
+    D: 128
+    dtype: bf16
+    activation: fast_gelu
+    max_len: [{HANG_AT}, 512]
+    lengths: {{family: uniform_fill, fill: [1.0]}}
+"""
+
+
+def test_a_kernel_that_hangs_the_gpu_is_killed_recorded_and_the_sweep_goes_on(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    cfg = tmp_path / "gpu-hang.yaml"
+    cfg.write_text(textwrap.dedent(HANG_CONFIG))
+    proc = bench_run(cfg, tmp_path / "hang", "--no-report", "--case-timeout", "60")
+    assert proc.returncode == 0
+    cases = {c["id"]: c for c in read_results(tmp_path / "hang")["cases"]}
+    assert len(cases) == 4, list(cases)
+    hung = cases.pop(f"s/fwd/L={HANG_AT}/fill=1.0/test_spin_hang")
+    assert hung["status"] == "failed" and hung["error"].startswith("hung: no progress for 60 s"), hung
+    assert "in phase gate" in hung["error"]
+    for c in cases.values():  # the case after the hang ran on the same GPU in a fresh worker
+        assert c["status"] == "ok", (c["id"], c["status"], c["error"])
+    assert proc.stdout.count("a fresh worker process (pid") == 1

@@ -262,3 +262,23 @@ def test_the_passs_timed_calls_are_not_counted_in_the_breakdown():
     found = te.attribute({"traceEvents": events + one_call(200, 10)})
     assert found.calls["_gdpa_fwd_kernel"] == [50.0, 1]  # the counted call's alone
     assert found.other_us >= 50.0 and found.unattributed == 0
+
+
+def test_a_case_that_hangs_in_the_profiled_phase_is_failed_and_the_rest_profiled(tmp_path, fault_providers, capfd):
+    """test_sim_hang hangs only under the profiler, on its case at L=6: every case is timed, then its breakdown
+    never returns; the parent kills the worker at the case deadline, the fresh one records that case `failed`
+    (it was timed: no fresh worker profiles it again) and profiles the rest."""
+    provider = "{name: test_sim_hang, options: {hang_at: 6, hang_in: profiled}}"
+    cfg = config(tmp_path, f"[naive_eager, {provider}]", bands=False, max_lens="6, 9", fill=1.0)
+    run = tmp_path / "run"
+    argv = ["run", str(cfg), "--out", str(run), "--no-progress", "--no-report", "--case-timeout", "3"]
+    rc = main(argv)
+    out = capfd.readouterr().out
+    assert rc == 0, out[-3000:]
+    assert out.count("a fresh worker process (pid") == 1
+    for cid, c in cases_of(run).items():
+        if cid == "s/fwd/L=6/test_sim_hang":
+            assert c["status"] == "failed" and c["error"].startswith("hung: no progress for 3 s"), c
+            assert "in phase views" in c["error"] and c["error"].endswith("(in its profiled views, after its samples)")
+        else:
+            assert c["status"] == "ok" and c["kernels"]["error"] is None, (cid, c.get("kernels"))

@@ -15,7 +15,7 @@ from pathlib import Path
 from bench.cli import options
 from bench.cli.options import Command
 from bench.errors import EXIT_BAD_INPUT, EXIT_CONTEXT_LOST, EXIT_FAILED, UsageError
-from support.inputs import integer
+from support.inputs import integer, number
 
 
 def _load(path):
@@ -44,12 +44,23 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
         help="process: the sweep runs in a worker process, started afresh after a CUDA fault (the default on a "
         "GPU); none: in this process, where a CUDA fault ends the run (the default on CPU)",
     )
+    parser.add_argument(
+        "--case-timeout",
+        type=number,
+        metavar="S",
+        help="a case still running S seconds after it started is hung: its worker process is killed, the case "
+        "recorded failed, a fresh worker goes on (default: the config's timing.case_timeout_s, 600; needs "
+        "--isolation process)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     parser.add_argument("--case-list", help=argparse.SUPPRESS)  # internal: a shard's case ids, one per line
     parser.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)  # internal: the merge renders
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: bench.shard.worker
     # internal: the run folder's lock, held by the worker's parent and passed down (bench.sweep.runlock.inherited_lock)
     parser.add_argument("--lock-fd", type=integer, help=argparse.SUPPRESS)
+    # internal: the pipe a worker reports its cases' phases on, and a hung case it records first (bench.case.watchdog)
+    parser.add_argument("--status-fd", type=integer, help=argparse.SUPPRESS)
+    parser.add_argument("--hung-case", action="append", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,14 +82,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: not with --resume, which continues {args.resume} in place")
     if args.force and not args.resume:
         raise UsageError("--force: only with --resume (it allows resuming a run of another config)")
-    if args.lock_fd is not None and not args.worker:
-        raise UsageError("--lock-fd: internal to a worker process (bench.shard.worker); allowed: no --lock-fd")
+    for flag, value in (("--lock-fd", args.lock_fd), ("--status-fd", args.status_fd), ("--hung-case", args.hung_case)):
+        if value is not None and not args.worker:
+            raise UsageError(f"{flag}: internal to a worker process (bench.shard.worker); allowed: no {flag}")
+    timeout = _case_timeout(args, cfg)
     if args.gpus is not None:
         if args.isolation is not None:
             raise UsageError("--isolation: not with --gpus, whose workers are always restarted after a CUDA fault")
         from bench.shard import run_sharded
 
-        return run_sharded(cfg, cases, args)
+        return run_sharded(cfg, cases, args, legs=_legs(cfg, cases), case_timeout_s=timeout)
     check_device_option(cfg.model.device, args.device)
     check_device(cfg.model.device, args.device)  # without a CUDA context: a worker may be the one to take the GPU
     if args.resume:
@@ -88,15 +101,25 @@ def run(args: argparse.Namespace) -> int:
         run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
         option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
         check_new_run_dir(run_dir, option)
-    isolation = args.isolation or ("process" if cfg.model.device == "cuda" else "none")
-    if isolation == "process" and not args.worker:
+    isolation = None if args.worker else _isolation(args, cfg, cases)
+    if isolation == "process":
+        legs = _legs(cfg, cases)  # each environment checked and probed, before the lock makes anything
+        if args.resume:
+            from bench.profiling.later import pending_ids
+            from bench.sweep.environments import pending
+            from results.files import read_results
+
+            records = read_results(run_dir).get("cases", [])
+            # a case recorded without its profiled views still needs its environment's worker (bench.profiling.later)
+            done = {c["id"] for c in records} - pending_ids(cfg.model, cfg.model.device, records)
+            legs = pending(legs, cases, done)
         # This process holds the folder's lock until its last worker has ended, and passes it down to each
         # worker (bench.sweep.runlock): a second run of the folder is refused, the workers are not, and no other
         # writer can slip in between a faulted worker and the fresh one. The worker checks the memory.
         with run_folder_lock(run_dir, option) as lock_fd:
             if not args.resume:
                 check_new_run_dir(run_dir, option)  # a run that ended there while we checked
-            return _sweep_in_worker(args, cfg, run_dir, lock_fd)
+            return _sweep_in_worker(args, cfg, run_dir, lock_fd, legs, timeout)
     device = resolve_device(cfg.model.device, args.device)
     check_run_fits(cases, device, cfg.model.correctness.enabled)
     if args.lock_fd is not None:
@@ -109,19 +132,69 @@ def run(args: argparse.Namespace) -> int:
         return _sweep(args, cfg, cases, device, run_dir)
 
 
+def _case_timeout(args: argparse.Namespace, cfg) -> float:
+    """The watchdog's deadline per case: `--case-timeout` (refused in one process), else the config's."""
+    from bench.config.models import MAX_CASE_TIMEOUT_S
+
+    if args.case_timeout is None:
+        return cfg.model.timing.case_timeout_s
+    if not 0 < args.case_timeout <= MAX_CASE_TIMEOUT_S:
+        raise UsageError(
+            f"--case-timeout {args.case_timeout:g}: allowed: seconds > 0 and at most {MAX_CASE_TIMEOUT_S:g}"
+        )
+    if args.isolation == "none":
+        raise UsageError(
+            "--case-timeout: needs process isolation (a hung case is ended by killing the worker process it "
+            "runs in); allowed: --isolation process, or no --case-timeout"
+        )
+    return args.case_timeout
+
+
+def _isolation(args: argparse.Namespace, cfg, cases) -> str:
+    """Where the sweep runs: `--isolation`, else a worker process on a GPU, or wherever the run asks for one
+    (`--case-timeout`, a provider's own environment: bench.sweep.environments), else this process."""
+    from bench.sweep.environments import refuse_in_process, split
+
+    if args.isolation == "none":
+        refuse_in_process(cases, "--isolation none")
+        return "none"
+    wants_worker = args.case_timeout is not None or any(env for env, _ in split(cases))
+    return args.isolation or ("process" if cfg.model.device == "cuda" or wants_worker else "none")
+
+
+def _legs(cfg, cases):
+    from bench.sweep.environments import legs
+
+    return legs(cfg, cases)
+
+
 def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
     """The sweep in this process and its report; Ctrl-C/SIGTERM end it with the finished cases and the
     report written. As a worker (`--worker`) it leaves the report and the closing lines to its parent."""
+    from bench.case.watchdog import PhaseReporter, parse_hung
+    from bench.sweep.environments import shared
     from bench.sweep.report import render
     from bench.sweep.runner import Runner
     from bench.sweep.signals import interrupts
 
+    try:
+        hung = [parse_hung(h) for h in args.hung_case or ()]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     runner, counts, drawn, lost = None, None, True, None
     with interrupts() as sig:
         try:
             print(f"gdpa-bench: {len(cases)} cases from {cfg.path} on {device} -> {run_dir}", flush=True)
-            runner = Runner(cfg, run_dir, device, resume=bool(args.resume), progress=not args.no_progress)
-            counts = runner.run(cases)
+            runner = Runner(
+                cfg,
+                run_dir,
+                device,
+                resume=bool(args.resume),
+                progress=not args.no_progress,
+                phase=PhaseReporter(args.status_fd),
+                environment=shared(cases),
+            )
+            counts = runner.run(cases, hung=hung)
             lost = runner.context_lost
             if not args.no_report:
                 drawn = render(run_dir)
@@ -142,10 +215,10 @@ def _sweep(args: argparse.Namespace, cfg, cases, device, run_dir: Path) -> int:
         return _closing_lines(args, run_dir, summary, drawn=drawn)
 
 
-def _sweep_in_worker(args: argparse.Namespace, cfg, run_dir: Path, lock_fd: int) -> int:
-    """The sweep in a worker process, started afresh after each CUDA fault (bench.shard.worker), then the
-    report and the closing lines over every case of the run folder. `lock_fd`: the folder's lock, held
-    here and passed to each worker."""
+def _sweep_in_worker(args: argparse.Namespace, cfg, run_dir: Path, lock_fd: int, legs, timeout: float) -> int:
+    """The sweep in worker processes, one per environment (`legs`), each started afresh after a CUDA fault
+    or a hang (bench.shard.worker), then the report and the closing lines over every case of the run
+    folder. `lock_fd`: the folder's lock, held here and passed to each worker."""
     from bench.shard.merge import rc_text
     from bench.shard.worker import recorded, run_in_worker
     from bench.sweep.report import render
@@ -155,7 +228,7 @@ def _sweep_in_worker(args: argparse.Namespace, cfg, run_dir: Path, lock_fd: int)
     before, drawn = recorded(run_dir), True
     with interrupts() as sig:
         try:
-            rc = run_in_worker(cfg, args, run_dir, lock_fd)
+            rc = run_in_worker(cfg, args, run_dir, lock_fd, legs, timeout)
         except KeyboardInterrupt:
             rc = None
         if rc == EXIT_BAD_INPUT:

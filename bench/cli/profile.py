@@ -43,6 +43,7 @@ from bench.profiling.bands import case_bands
 from bench.profiling.counters import collect, find_ncu
 from bench.profiling.later import profile_recorded
 from bench.profiling.views import CaseProfiling
+from bench.sweep.environments import refuse_in_process
 from bench.sweep.report import render
 from bench.sweep.rundir import check_new_run_dir
 from bench.sweep.runlock import run_folder_lock
@@ -66,6 +67,7 @@ def _run_dir(a) -> Path | None:
 
 def profile(cfg, a) -> int:
     cases = select_cases(cfg, a.only, a.providers)
+    refuse_in_process(cases, "profile (its cases run in the harness's own environment)")
     if a.band_edges is not None and not a.bands:
         raise UsageError("--band-edges: only with --bands")
     if a.bands or a.trace:

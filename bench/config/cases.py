@@ -106,11 +106,13 @@ class Workload:
 
 @dataclass(frozen=True)
 class ProviderSpec:
-    """A provider as a config names it: registry name, the label cases use, and its options."""
+    """A provider as a config names it: registry name, the label cases use, its options, and the environment
+    its cases run in (None: the harness's own; else `{python: PATH}` and/or `{prepend_path: [DIR, ...]}`)."""
 
     label: str
     name: str
     options: dict = field(default_factory=dict)
+    environment: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ MAX_REPS = 1_000_000
 MAX_LOOP_S = 600.0  # the energy loop, its settle pre-roll, the GEMM calibration
 MAX_SEED = 2**63 - 1
 MAX_WORKLOADS = 10_000  # per config: each one's lengths are drawn when the config loads
+MAX_CASE_TIMEOUT_S = 7 * 86_400.0  # the watchdog's deadline per case (a full autotune sweep may take hours)
 LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 __all__ = ["DICT_SOURCE", "BenchConfig", "LoadedConfig", "default_run_dir", "load_config"]
@@ -97,6 +98,9 @@ class Timing(_Strict):
     max_reps: int = Field(2000, ge=1, le=MAX_REPS)
     flush_l2: bool = True
     cuda_graph: bool = False
+    # A case still running this long after it started (batch, gate, compile, samples, power, views) is
+    # hung: its worker process is killed, the case recorded `failed`, a fresh worker goes on (DESIGN §5)
+    case_timeout_s: float = Field(600.0, gt=0, le=MAX_CASE_TIMEOUT_S)
 
     _ints = field_validator("min_reps", "max_reps", mode="before")(_no_bools)
 
@@ -158,10 +162,43 @@ class Hardware(_Strict):
         return v
 
 
+class Environment(_Strict):
+    """Where a provider's cases run when not in the harness's own environment (bench.sweep.environments): another
+    interpreter, and/or site folders first on the worker's PYTHONPATH (e.g. one holding another `triton`).
+    The paths are checked when a run starts, not here: a config names folders of the machine it runs on."""
+
+    python: str | None = None
+    prepend_path: list[str] | None = Field(None, min_length=1, max_length=64)
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v):
+        return None if v is None else _path_text(v)
+
+    @field_validator("prepend_path")
+    @classmethod
+    def _folders(cls, v):
+        return None if v is None else [_path_text(x) for x in v]
+
+    @model_validator(mode="after")
+    def _some(self):
+        if self.python is None and self.prepend_path is None:
+            raise ValueError("empty; allowed: {python: PATH} and/or {prepend_path: [DIR, ...]}")
+        return self
+
+
+def _path_text(v: str) -> str:
+    try:
+        return check_path_text(v, repr(v))
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class ProviderEntry(_Strict):
     name: str = Field(min_length=1, max_length=MAX_NAME)
     label: str | None = Field(None, max_length=MAX_NAME)
     options: dict[str, Any] = Field(default_factory=dict)
+    environment: Environment | None = None
 
     @field_validator("label")
     @classmethod
@@ -284,10 +321,7 @@ class BenchConfig(_Strict):
     @field_validator("output_dir")
     @classmethod
     def _output_dir(cls, v):
-        try:
-            return check_path_text(v, repr(v))
-        except InputError as exc:
-            raise ValueError(str(exc)) from None
+        return _path_text(v)
 
     @model_validator(mode="after")
     def _names(self):

@@ -23,7 +23,8 @@ def _spec(entry, where: str, known: list[str], path) -> ProviderSpec:
         get_provider(entry.name, entry.options or None)  # parses the options: a bad one fails here
     except ValueError as exc:
         raise ConfigError(f"{path}: {where}.options: {exc}") from None
-    return ProviderSpec(label=entry.label or entry.name, name=entry.name, options=dict(entry.options))
+    environment = None if entry.environment is None else entry.environment.model_dump(exclude_none=True)
+    return ProviderSpec(entry.label or entry.name, entry.name, dict(entry.options), environment)
 
 
 def load_provider_modules() -> list[str]:
@@ -56,7 +57,7 @@ def resolve_providers(model, path) -> tuple[list[ProviderSpec], dict[str, list[P
         specs: list[ProviderSpec] = []
         for i, e in enumerate(s.providers):
             where = f"sets.{s.name}.providers.{i}"
-            if e.label is None and not e.options and e.name in defined:
+            if e.label is None and not e.options and e.environment is None and e.name in defined:
                 spec = defined[e.name]  # a label (or a plain name) defined at the top level
             else:
                 spec = _spec(e, where, known, path)

@@ -22,7 +22,16 @@ from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from bench.config.models import BenchConfig, Correctness, Hardware, Power, ProviderEntry, Timing, WorkloadSet
+from bench.config.models import (
+    BenchConfig,
+    Correctness,
+    Environment,
+    Hardware,
+    Power,
+    ProviderEntry,
+    Timing,
+    WorkloadSet,
+)
 from bench.config.profiling import Bands, Breakdown, Counters
 from kernels.activations import ACTIVATION_NAMES
 from kernels.registry import PROVIDER_MODULES, provider_class, provider_names
@@ -45,6 +54,7 @@ MODELS: list[tuple[str, type[BaseModel], str]] = [
     ("counters", Counters, "counters."),
     ("bands", Bands, "bands."),
     ("A provider entry (providers: and sets[].providers:)", ProviderEntry, "providers[]."),
+    ("A provider's own environment (providers[].environment)", Environment, "providers[].environment."),
     ("A workload set (sets:)", WorkloadSet, "sets[]."),
 ]
 
@@ -105,6 +115,13 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
         True,
         "",
     ),
+    "timing.case_timeout_s": (
+        "A case still running this long after it started (batch, gate, compile, samples, power, views) is hung: "
+        "its worker process is killed, the case recorded failed with the phase it was in, and a fresh worker "
+        "goes on (s; enforced where cases run in worker processes; `run --case-timeout S` overrides it).",
+        1800,
+        "",
+    ),
     "correctness.enabled": ("Run the gate (off: cases are timed unchecked).", True, ""),
     "correctness.tolerance": ("Largest relative Frobenius error of any tensor against the fp32 reference.", 0.02, ""),
     "correctness.max_check_seqs": ("Sequences checked: the longest, the shortest, an empty one, then random.", 16, ""),
@@ -156,6 +173,24 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
         "Provider options, parsed when the config loads (GDPA providers: kernels/gdpa/options.py).",
         {"backend": "triton"},
         "what the provider accepts",
+    ),
+    "providers[].environment": (
+        "Run this entry's cases in a worker process of their own environment (e.g. another Triton build); "
+        "null: the harness's own. Its paths are checked, and the environment probed, when a run starts.",
+        {"prepend_path": ["/tmp/fbtriton-site"]},
+        "not with --isolation none or bench.run",
+    ),
+    "providers[].environment.python": (
+        "Another interpreter (a venv made with --system-site-packages sees the harness's packages); `~` expanded, "
+        "relative: the repository root's, links kept.",
+        "~/venvs/fbtriton/bin/python",
+        "an executable with torch and the harness's requirements",
+    ),
+    "providers[].environment.prepend_path": (
+        "Site folders put first on the worker's PYTHONPATH (e.g. `pip install --target DIR fbtriton==3.6.1`: Meta's "
+        "Triton fork installs as `triton`).",
+        ["/tmp/fbtriton-site"],
+        "existing folders",
     ),
     "sets[].name": ("Starts every case id of the set.", "set1", NAME_RULE),
     "sets[].B": ("Sequences per batch.", 1152, ""),

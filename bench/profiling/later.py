@@ -26,6 +26,7 @@ from itertools import groupby
 import torch
 
 from bench.case.faults import is_sticky_cuda_error
+from bench.case.watchdog import RECORDED
 from bench.config.cases import Case
 from bench.profiling.views import CaseProfiling
 from results.files import ResultsWriter
@@ -78,10 +79,14 @@ def profile_recorded(
     provider_of: Callable,
     say: Callable[[str], None],
     redo: bool = False,
+    phase: Callable[[str, str], None] | None = None,
 ) -> tuple[str, str] | None:
     """Profile the cases of `writer`'s run that need it (see `todo`), adding their fields to the records.
-    `provider_of(case)`: the case's provider instance. None, or (case id, error) when the GPU faulted: that
-    case is recorded `failed` and nothing more runs in this process."""
+    `provider_of(case)`: the case's provider instance. `phase(case id, phase)`: the watchdog's reporter
+    (bench.case.watchdog: `batch`, `views`, then `recorded` per case; a case hung here is recorded `failed`
+    by the fresh worker). None, or (case id, error) when the GPU faulted: that case is recorded `failed`
+    and nothing more runs in this process."""
+    phase = phase or (lambda case_id, what: None)
     device = views.device
     chosen = todo(views, cases, writer.data["cases"], redo)
     if not chosen:
@@ -90,16 +95,19 @@ def profile_recorded(
     for w, group in groupby(chosen, key=lambda c: c.workload):
         records = {r["id"]: r for r in writer.data["cases"]}
         batch, why = None, None
+        group = list(group)
+        phase(group[0].id, "batch")
         try:
             batch = w.batch(device)
         except KeyboardInterrupt:
             raise
         except Exception as exc:
             if is_sticky_cuda_error(exc):
-                return _fault(writer, next(iter(group)).id, exc)
+                return _fault(writer, group[0].id, exc)
             why = f"the batch could not be built again: {one_line(exc)}"
         for case in group:
             rec, fn = records[case.id], None
+            phase(case.id, "views")
             try:
                 if why is not None:
                     raise RuntimeError(why)
@@ -118,6 +126,7 @@ def profile_recorded(
             finally:
                 del fn
             writer.update_cases({case.id: fields})
+            phase(case.id, RECORDED)
             say(line(case.id, fields))
         del batch
         _free(device)

@@ -29,6 +29,8 @@ from bench.profiling.later import pending_ids
 from bench.shard.merge import merge_planned, rc_text
 from bench.shard.plan import PLAN_SCHEMA, parse_gpus, read_plan, shard_cases, write_plan
 from bench.shard.worker import STOP_GRACE_S, WorkerProcess, worker_env
+from bench.sweep import environments
+from bench.sweep.environments import Leg, for_cases
 from bench.sweep.report import render as render_report
 from bench.sweep.rundir import check_new_run_dir, check_resume, resume_command
 from bench.sweep.runlock import run_folder_lock
@@ -50,6 +52,7 @@ class Worker(WorkerProcess):
         env: dict,
         tag: str,
         out_lock: threading.Lock,
+        **watch,
     ):
         self.label, self.shard_dir, self.tag, self.lock = label, shard_dir, tag, out_lock
         self.ids = [c.id for c in cases]
@@ -58,13 +61,13 @@ class Worker(WorkerProcess):
         self.thread: threading.Thread | None = None
         list_file.write_text("".join(i + "\n" for i in self.ids))
         self.log = open(log_file, "w", buffering=1)
-        super().__init__(cmd, shard_dir, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        super().__init__(cmd, shard_dir, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **watch)
 
-    def spawn(self) -> subprocess.Popen:
+    def spawn(self, hung: dict | None = None) -> subprocess.Popen:
         if self.thread is not None:
             self.thread.join(timeout=10)  # the last lines of the worker before it
+        proc = super().spawn(hung)  # its own session: Ctrl-C reaches the parent only, which stops it
         self.log.write("$ " + " ".join(self.cmd) + "\n")
-        proc = super().spawn()  # its own session: Ctrl-C reaches the parent only, which stops it
         self.thread = threading.Thread(target=self._pump, args=(proc,), name=f"{self.tag}-out", daemon=True)
         self.thread.start()
         return proc
@@ -89,11 +92,17 @@ class Worker(WorkerProcess):
 
 
 def launch(
-    cfg: LoadedConfig, assignment: list[tuple[int, list[Case]]], shard_root: Path, tag_prefix: str = ""
+    cfg: LoadedConfig,
+    assignment: list[tuple[int, list[Case]]],
+    shard_root: Path,
+    tag_prefix: str = "",
+    legs: list[Leg] | None = None,
+    case_timeout_s: float | None = None,
 ) -> tuple[dict[int, int], int | None]:
-    """One `python -m bench run` per (label, cases); returns {label: returncode} and, when the parent
-    was interrupted, its exit status (128 + the signal; Ctrl-C / SIGTERM: the workers are stopped with
-    SIGTERM, their finished cases kept), else None."""
+    """One `python -m bench run` per (label, cases) — one after another per environment of its cases
+    (`legs`), watched against `case_timeout_s` (bench.case.watchdog); returns {label: returncode} and, when the
+    parent was interrupted, its exit status (128 + the signal; Ctrl-C / SIGTERM: the workers are stopped
+    with SIGTERM, their finished cases kept), else None."""
     shard_root.mkdir(parents=True, exist_ok=True)
     device_type = cfg.model.device
     env = worker_env(len(assignment), device_type)
@@ -130,15 +139,24 @@ def launch(
                     env,
                     f"{tag_prefix}gpu{label}",
                     lock,
+                    legs=None if legs is None else for_cases(legs, cases),
+                    case_timeout_s=case_timeout_s,
                 )
                 workers.append(w)
                 with lock:
                     print(f"[{w.tag}] pid {w.proc.pid}: {len(cases)} cases -> {sd} (log {sd}.log)", flush=True)
             while True:
                 for w in workers:
-                    if w.proc.poll() is not None and w.restart_after_fault():
+                    over = w.check_hung()
+                    if over is not None:
                         with lock:
-                            print(f"[{w.tag}] pid {w.proc.pid}: a fresh worker after a CUDA fault", flush=True)
+                            print(f"[{w.tag}] {over['id']}: {over['error']}", flush=True)
+                    why = w.advance() if w.proc.poll() is not None else None
+                    if why is not None:
+                        what = {"fault": "after a CUDA fault", "hang": "after a hung case"}.get(why)
+                        line = f"a fresh worker {what}" if what else f"the cases of {w.legs[w.leg].summary()}"
+                        with lock:
+                            print(f"[{w.tag}] pid {w.proc.pid}: {line}", flush=True)
                 if all(w.proc.poll() is not None for w in workers):
                     break
                 time.sleep(0.2)
@@ -167,9 +185,15 @@ def run_local(
     render: bool = True,
     tag_prefix: str = "",
     argv: list[str] | None = None,
+    legs: list[Leg] | None = None,
+    case_timeout_s: float | None = None,
 ) -> int:
     """Shard `cases` over `labels` workers into run_dir, merge, optionally render; the exit code.
-    `argv`: the command's arguments, for the `--resume` command an interrupted run prints."""
+    `argv`: the command's arguments, for the `--resume` command an interrupted run prints; `legs`: the
+    environments of the cases (bench.sweep.environments; None: checked here); `case_timeout_s`: the watchdog's
+    deadline per case (None: the config's)."""
+    legs = environments.legs(cfg, cases) if legs is None else legs
+    case_timeout_s = cfg.model.timing.case_timeout_s if case_timeout_s is None else case_timeout_s
     run_dir = Path(run_dir).resolve()
     plan = read_plan(run_dir) if resume else None
     if resume and plan is None:
@@ -207,7 +231,7 @@ def run_local(
         f"[{', '.join(str(lab) for lab, _ in assignment)}] -> {run_dir}",
         flush=True,
     )
-    rcs, stopped = launch(cfg, assignment, shard_root, tag_prefix)
+    rcs, stopped = launch(cfg, assignment, shard_root, tag_prefix, legs, case_timeout_s)
     new = plan["sources"][len(plan["sources"]) - len(assignment) :]
     for src, (lab, _) in zip(new, assignment, strict=True):
         src["returncode"] = rcs.get(lab)
@@ -292,7 +316,7 @@ def adopt_single_run(run_dir: Path, cfg: LoadedConfig) -> dict:
     return plan
 
 
-def run_sharded(cfg: LoadedConfig, cases: list[Case], args) -> int:
+def run_sharded(cfg: LoadedConfig, cases: list[Case], args, legs=None, case_timeout_s=None) -> int:
     """`python -m bench run CONFIG --gpus ...`: one worker per GPU, one merged run folder."""
     if getattr(args, "device", None) is not None:
         raise UsageError("--device and --gpus cannot be combined: --gpus picks the devices")
@@ -305,16 +329,18 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], args) -> int:
         if read_plan(run_dir) is None:
             check_resume(cfg, run_dir, getattr(args, "force", False))  # one line before the lock makes anything
         with run_folder_lock(run_dir, "--resume"):  # one writer per run folder (bench.sweep.runlock)
-            return _resume_sharded(cfg, cases, args, run_dir, labels, argv)
+            return _resume_sharded(cfg, cases, args, run_dir, labels, argv, legs, case_timeout_s)
     run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
     option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
     check_new_run_dir(run_dir, option)
     with run_folder_lock(run_dir, option):
         check_new_run_dir(run_dir, option)  # a run that ended there while we checked
-        return run_local(cfg, cases, run_dir, labels, argv=argv)
+        return run_local(cfg, cases, run_dir, labels, argv=argv, legs=legs, case_timeout_s=case_timeout_s)
 
 
-def _resume_sharded(cfg: LoadedConfig, cases: list[Case], args, run_dir: Path, labels: list[int], argv) -> int:
+def _resume_sharded(
+    cfg: LoadedConfig, cases: list[Case], args, run_dir: Path, labels: list[int], argv, legs, case_timeout_s
+) -> int:
     if not (run_dir / "results.json").is_file() and read_plan(run_dir) is not None:
         merge_planned(run_dir)  # the parent died before merging: merge what the shards recorded
     check_resume(cfg, run_dir, getattr(args, "force", False))
@@ -333,4 +359,4 @@ def _resume_sharded(cfg: LoadedConfig, cases: list[Case], args, run_dir: Path, l
             return conclude(run_dir.resolve(), data, {}, None, True)
         print(f"done: nothing to do. results: {run_dir / 'results.json'}", flush=True)
         return 0
-    return run_local(cfg, todo, run_dir, labels, resume=True, argv=argv)
+    return run_local(cfg, todo, run_dir, labels, resume=True, argv=argv, legs=legs, case_timeout_s=case_timeout_s)

@@ -10,9 +10,11 @@ of this is inside a timed region: a worker times exactly what an in-process run 
 Two users, one mechanism: a one-device `run` on a GPU (`run_in_worker`: one worker writing the run folder,
 printing to this terminal) and every worker of a sharded run (bench.shard.local: one per GPU, each
 restarted into its own shard folder). A worker is started again only when it recorded a case, or a case's
-failure, since it started, so a run cannot loop. Each worker times its cases first and profiles them after
-its last timed case (bench.profiling.later); a fresh worker gives the cases its predecessor left without
-their profiled views theirs.
+failure, since it started, so a run cannot loop. The same path continues a run after a hang (bench.case.watchdog:
+the parent kills a worker whose case ran past its deadline; the fresh one records that case `failed` first)
+and after each environment's worker (bench.sweep.environments: a provider's own interpreter or site folders).
+Each worker times its cases first and profiles them after its last timed case (bench.profiling.later); a
+fresh worker gives the cases its predecessor left without their profiled views theirs.
 
 One writer per folder (bench.sweep.runlock): a one-device run's parent holds the run folder's lock for the
 whole run and each of its workers inherits the locked descriptor (`--lock-fd`); a shard's worker locks
@@ -21,17 +23,22 @@ its own shard folder, while the sharded run's parent holds the run folder's.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from bench.case.watchdog import KILL_GRACE_S, Watch
 from bench.errors import EXIT_CONTEXT_LOST
+from bench.sweep.environments import Leg
 from results.files import ResultsError, read_results
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 60.0  # after SIGTERM, how long a worker may take to write its results before SIGKILL
+POLL_S = 0.5  # how often a waiting parent looks at its worker's deadline
 
 
 def worker_env(n_workers: int, device_type: str) -> dict:
@@ -72,26 +79,114 @@ def resume_in_place(cmd: list[str]) -> list[str]:
 
 class WorkerProcess:
     """One worker process writing `out_dir`, in a session of its own (a signal reaches it only when its
-    parent passes it on), started again after a CUDA fault."""
+    parent passes it on), followed by the next one when the run goes on: after a CUDA fault, after a hang
+    (`case_timeout_s`: the parent watches each case, bench.case.watchdog), and for each environment of the run
+    (`legs`, bench.sweep.environments: one worker per environment, each continuing the folder)."""
 
-    def __init__(self, cmd: list[str], out_dir: Path, env: dict, **popen):
-        self.cmd, self.out_dir, self.env, self.popen = list(cmd), Path(out_dir), env, popen
-        self.restarts = 0
+    def __init__(
+        self,
+        cmd: list[str],
+        out_dir: Path,
+        env: dict,
+        *,
+        legs: list[Leg] | None = None,
+        case_timeout_s: float | None = None,
+        **popen,
+    ):
+        self.base_cmd, self.out_dir, self.base_env, self.popen = list(cmd), Path(out_dir), env, popen
+        self.legs = legs or [Leg(None, None, cmd[0])]
+        self.leg, self.resume = 0, False
+        self.case_timeout_s = case_timeout_s
+        self.restarts = 0  # after CUDA faults
+        self.hangs = 0
+        self.hung: dict | None = None  # the case the watchdog ended this process for
+        self.kill_at: float | None = None
+        self.watch: Watch | None = None
+        self.cmd = list(cmd)
         self.proc = self.spawn()
 
-    def spawn(self) -> subprocess.Popen:
+    def spawn(self, hung: dict | None = None) -> subprocess.Popen:
+        leg = self.legs[self.leg]
+        cmd = leg.command(resume_in_place(self.base_cmd) if self.resume else self.base_cmd)
+        popen = dict(self.popen)
+        read = write = None
+        if self.case_timeout_s is not None:
+            read, write = os.pipe()
+            cmd += ["--status-fd", str(write)]
+            popen["pass_fds"] = (*popen.get("pass_fds", ()), write)
+        if hung is not None:
+            cmd += ["--hung-case", json.dumps(hung)]
+        self.cmd, self.kill_at = cmd, None
         self.progress_at_start = progress(self.out_dir)
-        return subprocess.Popen(self.cmd, env=self.env, start_new_session=True, **self.popen)
+        try:
+            proc = subprocess.Popen(cmd, env=leg.env(self.base_env), start_new_session=True, **popen)
+        finally:
+            if write is not None:
+                os.close(write)  # the worker holds the only write end: its exit is the reader's end of file
+        if read is not None:
+            self.watch = Watch(read, self.case_timeout_s)
+        return proc
 
-    def restart_after_fault(self) -> bool:
-        """If the process ended because a CUDA fault left its context unusable, having recorded a case (or
-        a case's failure) since it started: start a fresh one that resumes the folder. Whether one was started."""
-        if self.proc.poll() != EXIT_CONTEXT_LOST or progress(self.out_dir) <= self.progress_at_start:
-            return False
-        self.cmd = resume_in_place(self.cmd)
-        self.restarts += 1
+    def check_hung(self) -> dict | None:
+        """Called while the process runs: the hung case (once, when its deadline passes; the process is then
+        stopped: SIGTERM, and SIGKILL of its process group `KILL_GRACE_S` later), else None."""
+        if self.proc.poll() is not None:
+            return None
+        if self.kill_at is not None:
+            if time.monotonic() > self.kill_at:
+                self._kill_group()
+            return None
+        over = self.watch.overdue() if self.watch is not None else None
+        if over is not None:
+            self.hung, self.kill_at = over, time.monotonic() + KILL_GRACE_S
+            self.proc.send_signal(signal.SIGTERM)  # a Python-level hang writes its finished cases and exits
+        return over
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its session: the worker and anything it started
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def advance(self) -> str | None:
+        """Once the process has ended: start the next one when the run goes on — `hang` (the watchdog
+        stopped it: the fresh one records the hung case, then resumes), `fault` (a CUDA fault left its
+        context unusable, having recorded a case since it started: a run cannot loop), `leg` (its
+        environment's cases are done: the next environment's worker). Which, or None."""
+        if self.proc.poll() is None:
+            return None
+        if self.hung is not None:
+            self._kill_group()  # whatever the stopped worker had started
+            hung, self.hung = self.hung, None
+            self.hangs += 1
+            self.resume = True
+            self.proc = self.spawn(hung)
+            return "hang"
+        rc = self.proc.returncode
+        if rc == EXIT_CONTEXT_LOST and progress(self.out_dir) > self.progress_at_start:
+            self.restarts += 1
+        elif rc == 0 and self.leg + 1 < len(self.legs):
+            self.leg += 1
+        else:
+            return None
+        why = "fault" if rc else "leg"
+        self.resume = True
         self.proc = self.spawn()
-        return True
+        return why
+
+    restart_after_fault = advance  # the name its first users know
+
+    def wait(self, on_hang=None) -> int:
+        """Wait for the process to end, watching its case's deadline; `on_hang(case)` when one is hung."""
+        while self.proc.poll() is None:
+            over = self.check_hung()
+            if over is not None and on_hang is not None:
+                on_hang(over)
+            try:
+                self.proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.proc.returncode
 
     def stop(self, signum: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> int:
         """Pass a stop signal on (the runner writes its finished cases and exits), SIGKILL after
@@ -123,22 +218,32 @@ def worker_command(cfg, args, run_dir: Path, lock_fd: int) -> list[str]:
     return cmd + (["--force"] if args.force else [])
 
 
-def run_in_worker(cfg, args, run_dir: Path, lock_fd: int) -> int:
-    """A one-device run in a worker process on this terminal, started afresh after each CUDA fault until
-    every case is recorded; the last worker's exit status. `lock_fd`: the run folder's lock, which this
-    process holds and each worker inherits. Ctrl-C / SIGTERM are passed on to the worker (its finished
-    cases are kept) and re-raised here as KeyboardInterrupt once it has stopped."""
+def run_in_worker(cfg, args, run_dir: Path, lock_fd: int, legs: list[Leg], case_timeout_s: float) -> int:
+    """A one-device run in worker processes on this terminal — one per environment (`legs`), each started
+    afresh after a CUDA fault or a hang (`case_timeout_s`) until every case is recorded; the last worker's
+    exit status. `lock_fd`: the run folder's lock, which this process holds and each worker inherits.
+    Ctrl-C / SIGTERM are passed on to the worker (its finished cases are kept) and re-raised here as
+    KeyboardInterrupt once it has stopped."""
     cmd = worker_command(cfg, args, run_dir, lock_fd)
-    worker = WorkerProcess(cmd, run_dir, worker_env(1, cfg.model.device), pass_fds=(lock_fd,))
+    if legs[0].environment is not None:
+        print(f"the cases of {legs[0].summary()}", flush=True)
+    worker = WorkerProcess(
+        cmd, run_dir, worker_env(1, cfg.model.device), legs=legs, case_timeout_s=case_timeout_s, pass_fds=(lock_fd,)
+    )
     try:
         while True:
-            worker.proc.wait()
-            if not worker.restart_after_fault():
+            worker.wait(on_hang=lambda over: print(f"  {over['id']}: {over['error']}", flush=True))
+            why = worker.advance()
+            if why is None:
                 return worker.proc.returncode
-            print(
-                f"a fresh worker process (pid {worker.proc.pid}) continues with the cases not yet recorded",
-                flush=True,
-            )
+            if why == "leg":
+                print(f"the cases of {worker.legs[worker.leg].summary()} (pid {worker.proc.pid})", flush=True)
+            else:
+                print(
+                    f"a fresh worker process (pid {worker.proc.pid}) continues with the cases not yet recorded"
+                    + (" (after the hung case)" if why == "hang" else ""),
+                    flush=True,
+                )
     except KeyboardInterrupt:
         worker.stop()
         raise

@@ -59,6 +59,7 @@ def run(
     from bench.config.resources import check_run_fits
     from bench.config.selection import select_cases
     from bench.errors import API, UsageError
+    from bench.sweep.environments import refuse_in_process
     from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option
     from bench.sweep.runlock import run_folder_lock
     from bench.sweep.runner import Runner
@@ -72,6 +73,7 @@ def run(
             folder_option(value, API.name(name))
     cfg = load_config(config)
     cases = select_cases(cfg, only, providers, API)  # errors name `only=`, not `--only`: no command line here
+    refuse_in_process(cases, "bench.run (it runs every case in this process)")
     kind, index = cfg.model.device, None
     if isinstance(device, str):
         kind = device

@@ -30,6 +30,7 @@ from bench.case.faults import ContextLost, is_sticky_cuda_error
 from bench.case.gate import correctness
 from bench.case.power import CasePower
 from bench.case.timing import Samples, sync_for, time_call
+from bench.case.watchdog import RECORDED
 from bench.config.cases import Case, Workload
 from bench.config.models import LoadedConfig
 from bench.config.profiling import sections_record
@@ -38,6 +39,7 @@ from bench.monitor import PowerMonitor
 from bench.profiling.later import profile_recorded
 from bench.profiling.views import CaseProfiling
 from bench.sweep import env as envmod
+from bench.sweep import environments
 from bench.sweep.progress import Progress, format_rate
 from bench.sweep.signals import interrupts
 from kernels.registry import Provider, get_provider
@@ -46,6 +48,9 @@ from results.power_csv import append_timeline, power_csv_text, read_power_text
 from results.record import new_case_record, timing_fields
 from support.text import one_line
 from workloads import length_stats
+
+# meta fields a provider's own environment has its own values of (bench.sweep.environments)
+SOFTWARE = ("python", "torch", "triton", "flash_attn", "cuda", "cudnn")
 
 
 def _free(device: torch.device) -> None:
@@ -64,8 +69,12 @@ class Runner:
         resume: bool = False,
         progress: bool = True,
         log=print,
+        phase=None,
+        environment: dict | None = None,
     ):
         self.cfg, self.run_dir, self.device, self.log = cfg, Path(run_dir), device, log
+        # tells the parent which case runs and in which phase (bench.case.watchdog); nothing in one process
+        self.phase = phase or (lambda case_id, phase: None)
         self.settings = cfg.model  # the validated config's fields (timing, power, correctness, hardware)
         self.show_progress = progress
         self.resume = resume
@@ -73,7 +82,12 @@ class Runner:
         self._availability: dict[str, str | None] = {}
         self.monitor = None
         existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
-        self.writer = ResultsWriter(self.run_dir, self.meta(), existing)
+        meta = self.meta()
+        if environment is not None and existing is not None:
+            # a provider's own environment (bench.sweep.environments): its versions are its cases' (`environment`),
+            # not the run's, which the harness's own worker recorded
+            meta = {k: v for k, v in meta.items() if k not in SOFTWARE}
+        self.writer = ResultsWriter(self.run_dir, meta, existing)
         self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
         # the timed views with each case, the profiled ones after the last timed case (§5); traces under the run folder
         self.profiling = CaseProfiling(self.settings, device, self.time, self.run_dir)
@@ -107,7 +121,7 @@ class Runner:
             "calibration": None,
             "baseline_provider": self.settings.baseline,
             "monitor": None,
-            "providers": {label: {"name": s.name, "options": s.options} for label, s in self.cfg.providers.items()},
+            "providers": {label: provider_meta(s) for label, s in self.cfg.providers.items()},
             "timing": self.settings.timing.model_dump(),
             "correctness": self.settings.correctness.model_dump(),
             "power_config": self.settings.power.model_dump(),
@@ -181,6 +195,7 @@ class Runner:
                 raise
             except BaseException as exc:  # SystemExit included: a provider never ends the sweep
                 self._availability[case.label] = f"availability check failed: {one_line(exc)}"
+                self._log_traceback(f"{case.id} (availability of {case.label})")
         return self._availability[case.label]
 
     def blank_record(self, case: Case, wstats: dict, flops: float) -> dict:
@@ -195,7 +210,8 @@ class Runner:
             pass
         gpu = (self.device.index or 0) if self.device.type == "cuda" else None
         return new_case_record(
-            **case.identity_fields(semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu"))
+            **case.identity_fields(semantics, options, wstats, flops, gpu, self.writer.meta.get("gpu")),
+            environment=environments.record(case.provider.environment),
         )
 
     def time(self, fn) -> Samples:
@@ -213,6 +229,7 @@ class Runner:
         spec = case.spec
         fn = None
         try:
+            self.phase(case.id, "setup")
             reason = self.availability(case)
             if reason is None:
                 try:
@@ -228,6 +245,7 @@ class Runner:
             provider = self.provider(case)
             if self.settings.correctness.enabled:
                 c = self.settings.correctness
+                self.phase(case.id, "gate")
                 rec["correctness"] = correctness(
                     provider, batch, spec, case.mode, c.tolerance, c.max_check_seqs, case.workload.seed
                 )
@@ -240,21 +258,26 @@ class Runner:
                         f"{c.tolerance:g} ({rec['correctness']['per_tensor']})",
                     )
                     return rec
+            self.phase(case.id, "compile")
             fn = provider.build(batch, spec, case.mode)
             fn()  # compile / autotune / allocate outside the timed region
             sync_for(self.device)()
             rec["kernel_config"] = provider.kernel_configs()
+            self.phase(case.id, "power")
             self.power.before_samples(case, rec, fn, flops)
             meta = self.writer.meta
             peak = (meta.get("peak_tflops") or {}).get(case.workload.dtype)
             mark = self.power.mark()
+            self.phase(case.id, "samples")
             samples = self.time(fn)
             rec.update(
                 timing_fields(samples, flops, peak, meta.get("measured_gemm_tflops")),
                 sm_clock_mhz=self.power.clock_since(mark),
                 status="ok",
             )
+            self.phase(case.id, "power")
             self.power.after_samples(case, rec, fn, flops)
+            self.phase(case.id, "views")
             self.profiling.timed(case, rec, fn, provider, batch)  # graph time, bands: still the timed phase
         except torch.cuda.OutOfMemoryError as exc:
             rec.update(status="failed", error=f"out of memory: {one_line(exc)}", times_ms=[])
@@ -310,14 +333,17 @@ class Runner:
         )
         return q_len, kv_len, wstats
 
-    def run(self, cases: list[Case]) -> dict:
-        """Run the cases not yet recorded; {status: count}. Ctrl-C/SIGTERM end it with `interrupted`; an
-        error of the harness itself is re-raised after results.json records it (`harness_error`,
-        `interrupted: true`), so such a run never looks complete."""
+    def run(self, cases: list[Case], hung: list[dict] | None = None) -> dict:
+        """Run the cases not yet recorded; {status: count}. `hung`: cases a worker before this one was killed
+        for (bench.case.watchdog: `id`, `error`, `wall_s`), recorded `failed` first. Ctrl-C/SIGTERM end it with
+        `interrupted`; an error of the harness itself is re-raised after results.json records it
+        (`harness_error`, `interrupted: true`), so such a run never looks complete."""
+        for h in hung or ():
+            self.record_hung(cases, h)
         done = self.writer.done_ids()
         todo = [c for c in cases if c.id not in done]
         self.progress = Progress(len(todo), self.show_progress, self.log)
-        if done:
+        if len(todo) < len(cases):
             self.say(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
         counts: dict[str, int] = {}
         crash: BaseException | None = None
@@ -351,10 +377,30 @@ class Runner:
         """The profiler-based views of every case of the run folder recorded ok without them (this process's
         and those a stopped or faulted process left), after this process's last timed case
         (bench.profiling.later). A GPU fault there is the case's: recorded `failed`, the sweep ends."""
-        lost = profile_recorded(self.profiling, cases, self.writer, self.provider, self.say)
+        lost = profile_recorded(self.profiling, cases, self.writer, self.provider, self.say, phase=self.phase)
         if lost is not None:
             self.context_lost = lost[1]
             raise ContextLost(*lost)
+
+    def record_hung(self, cases: list[Case], hung: dict) -> None:
+        """The case the watchdog ended the previous worker for, `failed` with why (once: a case that was
+        recorded meanwhile keeps its record, unless it hung in its profiled views: timed, it is `failed`
+        then as after a fault there, so that no fresh worker profiles it again)."""
+        case = next((c for c in cases if c.id == hung["id"]), None)
+        if case is None:
+            return
+        recorded = next((r for r in self.writer.data["cases"] if r["id"] == case.id), None)
+        if recorded is not None:
+            if self.profiling.pending(recorded):
+                why = f"{hung['error']} (in its profiled views, after its samples)"
+                self.writer.update_cases({case.id: {"status": "failed", "error": why, "times_ms": []}})
+                self.say(f"  {case.id}: FAILED {why}")
+            return
+        q_len, kv_len, wstats = self.build_workload(case.workload)
+        rec = self.blank_record(case, wstats, case.workload.flops(case.mode, (q_len, kv_len)))
+        rec.update(status="failed", error=hung["error"], times_ms=[], wall_s=hung["wall_s"])
+        self.writer.add_case(rec)
+        self.say(case_line(rec))
 
     def _finish(self, crash: BaseException | None) -> None:
         try:
@@ -377,6 +423,7 @@ class Runner:
         self._write_parquet()
 
     def _run_workload(self, w: Workload, group: list[Case], counts: dict[str, int]) -> None:
+        self.phase(group[0].id, "batch")  # the first case's life begins with its batch (bench.case.watchdog)
         q_len, kv_len, wstats = self.build_workload(w)
         batch, build_error = None, None
         too_big = skip_reason(batch_need(Shape.of(w, q_len, kv_len)), free_bytes(self.device), self.device, "its batch")
@@ -398,6 +445,7 @@ class Runner:
             if self.monitor is not None:
                 self.monitor.end_case()
             self.writer.add_case(rec)
+            self.phase(case.id, RECORDED)
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
             self.progress.finished(case_line(rec), counts)
             if self.context_lost is not None:
@@ -420,6 +468,12 @@ class Runner:
             self.writer.write_parquet()
         except Exception as exc:  # results.json and .csv are written; a missing parquet loses nothing
             self.say(f"results.parquet not written: {one_line(exc)}")
+
+
+def provider_meta(spec) -> dict:
+    """A labelled provider in results.json `meta.providers`: its name, options and environment (if its own)."""
+    own = {"environment": spec.environment} if spec.environment else {}
+    return {"name": spec.name, "options": spec.options, **own}
 
 
 def case_line(rec: dict) -> str:

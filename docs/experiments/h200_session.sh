@@ -4,6 +4,8 @@
 #   bash docs/experiments/h200_session.sh fa4-1 [CMD]   # carry .fa4/p1 .hk: wheels part 1, kernels to /tmp/hk
 #   bash docs/experiments/h200_session.sh fa4-2 [CMD]   # carry .fa4/p2 .peers: part 2, FA4 installed, then CMD
 #   bash docs/experiments/h200_session.sh env CMD       # later calls: CMD with FA4 and the kernel directory set
+#   bash docs/experiments/h200_session.sh fbtriton [CMD] # carry .fbtriton/pK, one part per call; the call that
+#                                                        # completes them installs /tmp/fbtriton-site and probes it
 #   bash docs/experiments/h200_session.sh start NAME    # production | peers | h200: a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
@@ -46,6 +48,16 @@ fa4-2)
   shift; run_cmd "$@"
   ;;
 env)
+  shift; run_cmd "$@"
+  ;;
+fbtriton)
+  # Meta's Triton fork for meta_gdpa_ws / meta_gdpa_tlx (README "Peer kernels"): docs/experiments/fbtriton_parts.sh
+  ls -l .fbtriton/p*/
+  if [ -d /tmp/fbtriton-site/triton ]; then
+    echo "/tmp/fbtriton-site: installed"
+  elif bash docs/experiments/fbtriton_parts.sh install; then
+    bash docs/experiments/fbtriton_parts.sh probe
+  fi
   shift; run_cmd "$@"
   ;;
 start)
