@@ -53,6 +53,13 @@ PROVIDERS = {  # provider -> what its kernels' names contain
 SANE = (0.90, 1.05)
 
 
+def _pythonpath() -> str:
+    """The repository first, then the caller's PYTHONPATH: on the GPU machine that holds the site folder the
+    session installed the packages into (pydantic, FA4), which a child started with the repository alone lacks
+    (the harness runs of this file failed so on the H200, 2026-12-02: No module named 'pydantic')."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def dev() -> torch.device:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
@@ -221,7 +228,7 @@ def bench_run(tmp_path, cfg: dict, name: str, isolation: str = "process") -> tup
     argv = ["run", str(path), "--out", str(run), "--no-progress", "--no-report", "--isolation", isolation]
     out = subprocess.run(
         [sys.executable, "-m", "bench", *argv],
-        cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT, env=os.environ | {"PYTHONPATH": _pythonpath()}, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     print(out.stdout[-6000:], out.stderr[-3000:])
     assert out.returncode == 0, out.stderr[-3000:]
@@ -313,7 +320,7 @@ def test_no_case_of_a_harness_run_is_timed_after_a_profiler_session(tmp_path, is
     dev()
     runs = {}
     for teardown in (None, "1") if isolation == "process" else ():
-        env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"} | {"PYTHONPATH": str(ROOT)}
+        env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"} | {"PYTHONPATH": _pythonpath()}
         env |= {"TEARDOWN_CUPTI": teardown} if teardown else {}
         out = subprocess.run(
             [sys.executable, str(ROOT / "tests" / "profiler_after_gpu.py")],

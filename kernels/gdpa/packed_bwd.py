@@ -200,7 +200,7 @@ def packed_bwd_kernel(
 
 
 # (BLOCK_M, num_warps, num_stages; registers from ptxas for sm90, bf16, D 128: docs/experiments/
-# packed_compile.py), speed predicted, not yet measured (PERF.md, "Packed short sequences"): one 8-warp CTA
+# packed_compile.py); speed measured once, per config not yet (PERF.md, "Packed short sequences"): one 8-warp CTA
 # per SM at 255 registers (32-row sub-blocks spill 84 B, as bwd.py's shipped dK/dV kernel spills 92; 16-row
 # ones none); 16 warps cap each thread at 128 and spill 236 B, traded for twice the warps to hide the
 # loads; 64-row sub-blocks only where D <= 64 leaves registers for them (pruned below).

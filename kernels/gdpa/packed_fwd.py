@@ -164,7 +164,7 @@ def packed_fwd_kernel(
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; registers from ptxas for sm90, bf16, D 128:
-# docs/experiments/packed_compile.py), speed predicted, not yet measured (PERF.md, "Packed short sequences"):
+# docs/experiments/packed_compile.py); speed measured once, per config not yet (PERF.md, "Packed short sequences"):
 # 128-row sub-tiles cover a pack in one unit (204 registers: one CTA per SM; capped at 128, two CTAs, 56 B
 # spilled); 64-row ones skip the key blocks of the other half's sequences, at 168 registers three CTAs per
 # SM, at 226 two. The row-range mask costs ~20 registers over fwd.py's kernel at the same tiles (180, 164).
