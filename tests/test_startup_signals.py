@@ -81,3 +81,43 @@ def test_a_signal_while_starting_is_one_line_and_128_plus_the_signal(sig, tmp_pa
         assert p.returncode == 128 + sig, (where, p.returncode, err)
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith(f"interrupted ({signal.Signals(sig).name})"), (where, lines)
+
+
+def _run_module(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    """`python -m` a module made of `body` (the way `python -m bench` runs), with the guard installed."""
+    (tmp_path / "ending.py").write_text(
+        "import atexit, os, signal, sys, time\n"
+        "from bench.sweep.signals import command_started, guard_exit, guard_startup\n"
+        "guard_startup()\ncommand_started()\n" + body
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "ending"]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_an_interrupt_that_left_an_exec_does_not_turn_the_status_into_sigint(tmp_path):
+    """CPython ends a `python -m` process with SIGINT when a KeyboardInterrupt once left an `exec` of a
+    string (as one raised inside dataclasses' or pydantic's import-time exec does), even though the
+    command caught it and returned 130: what the CI machine saw as returncode -2."""
+    p = _run_module(tmp_path, (
+        "try:\n    exec('raise KeyboardInterrupt')\n"
+        "except KeyboardInterrupt:\n    print('interrupted (SIGINT)', file=sys.stderr)\n"
+        "guard_exit(130)\nsys.exit(130)\n"
+    ))
+    assert (p.returncode, p.stderr.strip()) == (130, "interrupted (SIGINT)")
+
+
+@pytest.mark.skipif(_inherited_ignore(signal.SIGINT) is not None, reason="SIGINT inherited as ignored")
+def test_a_signal_while_the_process_ends_is_one_line_and_128_plus_the_signal(tmp_path):
+    """An exit handler that runs after the command (as torch's and multiprocessing's do) takes the signal."""
+    p = _run_module(tmp_path, (
+        "print('the output', flush=False)\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(10)))\n"
+        "guard_exit(0)\nsys.exit(0)\n"
+    ))
+    assert (p.returncode, p.stdout, p.stderr) == (130, "the output\n", "interrupted (SIGINT) while exiting\n")
+
+
+def test_without_a_signal_the_process_ends_with_the_commands_status_and_its_output(tmp_path):
+    p = _run_module(tmp_path, "sys.stdout.write('kept')\nguard_exit(3)\nsys.exit(3)\n")
+    assert (p.returncode, p.stdout, p.stderr) == (3, "kept", "")

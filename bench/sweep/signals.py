@@ -5,11 +5,13 @@ status is 128 + the first signal (130 for SIGINT, 143 for SIGTERM), as a shell r
 From the first instruction of `python -m bench` / `gdpa-bench` (bench.__main__) the same holds while the
 process starts: until a command begins (`command_started`), a signal prints one line and exits at once
 (nothing is written before then, and a KeyboardInterrupt raised inside `import torch` would print its
-traceback); afterwards it raises KeyboardInterrupt, which the CLI turns into one line and 128 + the signal.
+traceback); afterwards it raises KeyboardInterrupt, which the CLI turns into one line and 128 + the signal;
+once the command has returned (`guard_exit`) it prints one line and exits at once again.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -92,6 +94,7 @@ def guard_startup() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(s) is not signal.SIG_IGN:  # an ignored signal (a `&` job's SIGINT) stays ignored
             signal.signal(s, starting)
+    atexit.register(_end_now)  # first registered, so it runs last
     _entry_installed = True
 
 
@@ -110,6 +113,50 @@ def command_started() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, stop)
+
+
+EXITING_NOTE = "interrupted ({name}) while exiting"
+_exit_status: int | None = None  # what the command returned; `guard_exit`
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError, AttributeError):  # closed pipe or file, a flush it interrupted
+            pass
+
+
+def _end_now() -> None:
+    """The last exit handler (registered first): the command's status, without the interpreter's module
+    teardown. That teardown (~0.5 s with torch loaded) runs after CPython has put SIGINT back to its
+    default, so a Ctrl-C then killed the process with no line and no 128 + signal status; and under
+    `python -m` CPython ends with SIGINT anyway when a KeyboardInterrupt once left an `exec` of a string
+    (dataclasses and pydantic compile their methods so at import: a Ctrl-C during an import lands there),
+    whatever status the command returned. Every other exit handler (threads joined, multiprocessing's,
+    tqdm's, torch's) has run when this one does; the run's files are closed by then."""
+    if _exit_status is not None:
+        _flush_std()
+        os._exit(_exit_status)
+
+
+def guard_exit(status: int) -> None:
+    """The command has returned `status`: a SIGINT or SIGTERM from now until the process ends prints one
+    line and exits with 128 + the signal (the command's output flushed first); otherwise the process
+    exits with `status` (see `_end_now`)."""
+    global _exit_status
+    if not _entry_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _exit_status = status
+
+    def exiting(signum, frame):
+        _flush_std()
+        os.write(2, (EXITING_NOTE.format(name=signal.Signals(signum).name) + "\n").encode())
+        os._exit(128 + signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, exiting)
 
 
 def entry_signal() -> Interrupts:
