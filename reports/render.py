@@ -23,7 +23,7 @@ from typing import Any
 from reports.document import DASH, Image, Section, Table
 from reports.plots import make_all_plots
 from reports.sections import build_sections
-from results.files import ResultsWriteError
+from results.files import ResultsWriteError, write_synced
 from results.frame import load_run
 
 # -------------------------------------------------------------------------------------------- writers
@@ -237,10 +237,7 @@ class _ReportSwap:
 
     def stage(self, path: Path, text: str) -> None:
         tmp = self.aside / path.name
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write_synced(tmp, text)
         self.staged.append((tmp, path))
 
     def __exit__(self, kind, exc, tb) -> bool:

@@ -44,6 +44,7 @@ __all__ = [
     "read_results",
     "results_path",
     "write_parquet",
+    "write_synced",
 ]
 
 
@@ -84,18 +85,25 @@ def temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: never a half-written file.
+def write_synced(path: Path, data: str | bytes) -> None:
+    """Write `data` (text as UTF-8) to a new file `path` and sync it to disk: the file a rename then puts in
+    place is whole. An existing `path` is an error (FileExistsError), never overwritten."""
+    binary = isinstance(data, bytes)
+    with open(path, "xb" if binary else "x", encoding=None if binary else "utf-8") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write `data` (text or bytes) to `path` through a temporary file and a rename: never a half-written file.
 
     An OSError (disk full, read-only, no permission) leaves no temporary file and is raised as a
     one-line `ResultsWriteError`; the previous file, if any, is untouched."""
     path = Path(path)
     tmp = temp_name(path)
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write_synced(tmp, data)
         os.replace(tmp, path)
     except OSError as exc:
         raise ResultsWriteError.of(path, exc) from None
@@ -114,10 +122,7 @@ def atomic_write_together(files: list[tuple[Path, str]]) -> None:
     try:
         for path, text in files:  # `path` names the file in the error below
             tmps.append(temp_name(Path(path)))
-            with open(tmps[-1], "x", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
+            write_synced(tmps[-1], text)
         for i, ((path, _), tmp) in enumerate(zip(files, tmps, strict=True)):
             try:
                 os.replace(tmp, path)

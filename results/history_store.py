@@ -47,7 +47,6 @@ from results.files import (
     make_dir,
     read_results,
     results_path,
-    temp_name,
 )
 from results.frame import case_keys
 from results.verdicts import timeline_clocks
@@ -402,21 +401,6 @@ def _locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _write_new(path: Path, raw: bytes) -> None:
-    tmp = temp_name(path)
-    try:
-        with open(tmp, "xb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ResultsWriteError.of(path, exc) from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-
-
 def add_run(store_path: str | Path, run_dir: str | Path, max_samples: int | None = None) -> tuple[str, dict]:
     """Append a run to the store (made when missing): ("added" | "unchanged" | "updated", its entry).
 
@@ -442,7 +426,7 @@ def add_run(store_path: str | Path, run_dir: str | Path, max_samples: int | None
         runs = sorted([e for e in store.runs if e is not old] + [entry], key=order_key)
         make_dir(root / RUNS)
         new_file = root / entry["file"]
-        _write_new(new_file, raw)
+        atomic_write(new_file, raw)
         try:
             atomic_write(root / INDEX, json.dumps({"schema": SCHEMA, "runs": runs}, indent=1) + "\n")
         except BaseException:

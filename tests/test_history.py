@@ -251,12 +251,20 @@ def test_a_failed_index_write_leaves_the_store_as_it_was(history, tmp_path, monk
     shutil.copytree(history["store"], store)
     before = snapshot(store)
 
-    def refuse(path, text):
+    import results.history_store as history_store
+
+    real, written = history_store.atomic_write, []
+
+    def refuse(path, data):  # the run's Parquet file is written first, through the same function
+        if Path(path).name != INDEX:
+            written.append(path)
+            return real(path, data)
         raise ResultsWriteError(f"{path}: cannot write (No space left on device, ENOSPC)")
 
-    monkeypatch.setattr("results.history_store.atomic_write", refuse)
+    monkeypatch.setattr(history_store, "atomic_write", refuse)
     with pytest.raises(ResultsWriteError):
         add_run(store, make_run(tmp_path / "new", N_RUNS))
+    assert len(written) == 1  # the index failed after the new run's file stood: that file is removed again
     assert snapshot(store) == before
 
 
