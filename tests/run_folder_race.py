@@ -118,6 +118,7 @@ def trial(work: Path, k: int, isolation: str | None = None) -> dict:
         "kind": kind,
         "codes": codes,
         "stderr": [(folder / f"{x}.err").read_text() for x in ("a", "b")],
+        "stdout": [(folder / f"{x}.out").read_text() for x in ("a", "b")],
         "run": str(out),
         "before": before,
     }

@@ -1,5 +1,6 @@
 """One writer per run folder (bench.sweep.runlock, issue 25): two runs with the same --out, two --resume of one
-run, or a --resume while a run writes — one of the two is refused with one line naming the holder, and the
+run, or a --resume while a run writes — one of the two is refused with one line naming the holder (or a
+resume that came after the run finished runs nothing), and the
 folder's results.json holds every case exactly once, whatever the timing (20 trials as real processes)."""
 
 from __future__ import annotations
@@ -36,16 +37,22 @@ def test_two_writers_never_lose_or_duplicate_a_case(tmp_path, isolation, n):
     assert len(trials) == n
     refusals = Counter()
     for t in trials:
-        assert sorted(t["codes"]) == [0, 2], t  # exactly one writer refused, the other done
         for err in t["stderr"]:
             assert "Traceback" not in err, err
-        lines = t["stderr"][t["codes"].index(2)].strip().splitlines()
-        assert len(lines) == 1, lines
-        if "another gdpa-bench is writing this run folder (pid " in lines[0]:
-            refusals["named the holder"] += 1
-        else:  # the first writer had finished before the second looked: the folder holds a run
-            assert "already holds a run" in lines[0], lines
+        if t["kind"] == "run+resume" and t["codes"] == [0, 0]:
+            # the run finished before the resume took the folder (a starved CPU): the resume ran nothing
+            assert f"resuming: {len(EXPECTED)} of {len(EXPECTED)} cases already recorded" in t["stdout"][1], t
+            assert "(0 run now" in t["stdout"][1], t
             refusals["found a finished run"] += 1
+        else:
+            assert sorted(t["codes"]) == [0, 2], t  # exactly one writer refused, the other done
+            lines = t["stderr"][t["codes"].index(2)].strip().splitlines()
+            assert len(lines) == 1, lines
+            if "another gdpa-bench is writing this run folder (pid " in lines[0]:
+                refusals["named the holder"] += 1
+            else:  # the first writer had finished before the second looked: the folder holds a run
+                assert "already holds a run" in lines[0], lines
+                refusals["found a finished run"] += 1
         run = Path(t["run"])
         cases = json.loads((run / "results.json").read_text())["cases"]
         ids = [c["id"] for c in cases]
