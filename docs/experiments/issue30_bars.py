@@ -1,0 +1,149 @@
+"""Issue 30's bars, read from run folders: the speed our op must show against FA4, Meta's GDPA and HSTU.
+
+    python docs/experiments/issue30_bars.py PRODUCTION_RUN [--peers PEERS_RUN]
+
+PRODUCTION_RUN: a configs/production.yaml run with providers gdpa, gdpa_triton, gdpa_hopper, fa4. Per set,
+mode and sort order, the time ratio fa4 / gdpa against the issue's table (and 420 TFLOP/s for the log-normal
+2048 forward), and gdpa against the faster pinned backend (>= 0.97x). PEERS_RUN: a configs/peers-h200.yaml
+run: gdpa against the fastest `meta_gdpa*` label on every shape (each >= 1.0x, geometric mean >= 1.25x),
+against fa4 (each >= 1.0x, geo fwd >= 1.35x, bwd >= 1.15x) and against hstu on the causal-SiLU sets (each
+>= 1.0x). Ratios are of medians (`median_ms`); a case that is not ok makes its comparison fail. One line
+per comparison, the failing ones marked; exit 1 when any bar fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+# set -> (fwd bar, bwd bar): fa4 time / gdpa time
+PRODUCTION = {
+    ("lognormal", 2048): (1.5, 1.25),
+    ("lognormal", 4096): (1.35, 1.15),
+    ("hstu_sl", None): (1.1, 1.05),
+    ("spike", None): (1.1, 1.05),
+    ("target_history", None): (1.5, 1.2),
+    ("seeds", None): (1.5, 1.2),
+    ("short_kv", None): (1.5, 1.2),
+    ("uniform", None): (1.0, 1.0),
+}
+LOGNORMAL_2048_FWD_TFLOPS = 420.0
+AUTO_VS_PINNED = 0.97
+PINNED = ("gdpa_triton", "gdpa_hopper")
+PEER_GEO = {"meta_gdpa": {"fwd": 1.25, "bwd": 1.25}, "fa4": {"fwd": 1.35, "bwd": 1.15}}
+
+
+def shapes(run: Path) -> dict[str, dict[str, dict]]:
+    """{case id without its label: {label: case}} of a run folder's results.json."""
+    cases = json.loads((run / "results.json").read_text())["cases"]
+    out: dict[str, dict[str, dict]] = defaultdict(dict)
+    for c in cases:
+        out[c["id"].rsplit("/", 1)[0]][c["provider"]] = c
+    return out
+
+
+def ratio(slow: dict | None, fast: dict | None) -> float | None:
+    """slow's median over fast's (> 1: `fast` is faster); None unless both ran ok."""
+    if not slow or not fast or slow.get("status") != "ok" or fast.get("status") != "ok":
+        return None
+    return slow["median_ms"] / fast["median_ms"]
+
+
+def production_bar(shape: str, case: dict) -> tuple[float, float]:
+    for (name, max_len), bars in PRODUCTION.items():
+        if case["set"] == name and max_len in (None, case.get("max_len")):
+            return bars
+    raise SystemExit(f"{shape}: set {case['set']!r} has no bar in issue 30's table")
+
+
+def check_production(run: Path, lines: list[str]) -> int:
+    failed = 0
+    for shape, by in sorted(shapes(run).items()):
+        gdpa = by.get("gdpa")
+        if gdpa is None:
+            continue
+        mode = gdpa["mode"]
+        if mode not in ("fwd", "bwd"):
+            continue
+        bar = production_bar(shape, gdpa)[0 if mode == "fwd" else 1]
+        r = ratio(by.get("fa4"), gdpa)
+        ok = r is not None and r >= bar
+        extra = ""
+        if (gdpa["set"], gdpa.get("max_len"), mode) == ("lognormal", 2048, "fwd"):
+            tflops = gdpa.get("tflops") or 0.0
+            ok = ok and tflops >= LOGNORMAL_2048_FWD_TFLOPS
+            extra = f", {tflops:.0f} TFLOP/s (bar {LOGNORMAL_2048_FWD_TFLOPS:.0f})"
+        failed += _line(lines, ok, f"{shape}: gdpa vs fa4 {_x(r)} (bar {bar}x){extra}")
+        pinned = [by.get(p) for p in PINNED if by.get(p)]
+        best = min((p for p in pinned if p.get("status") == "ok"), key=lambda p: p["median_ms"], default=None)
+        r = ratio(best, gdpa)
+        who = best["provider"] if best else "no pinned backend ok"
+        ok = r is not None and r >= AUTO_VS_PINNED
+        failed += _line(lines, ok, f"{shape}: gdpa vs {who} {_x(r)} (bar {AUTO_VS_PINNED}x)")
+    return failed
+
+
+def check_peers(run: Path, lines: list[str]) -> int:
+    failed = 0
+    geo: dict[tuple[str, str], list[float]] = defaultdict(list)
+    by_shape = shapes(run)
+    labels = {label for by in by_shape.values() for label in by}
+    ran = {"meta_gdpa": any(x.startswith("meta_gdpa") for x in labels), "fa4": "fa4" in labels, "hstu": True}
+    for shape, by in sorted(by_shape.items()):
+        gdpa = by.get("gdpa")
+        if gdpa is None or gdpa["mode"] not in ("fwd", "bwd"):
+            continue
+        mode = gdpa["mode"]
+        metas = [c for label, c in by.items() if label.startswith("meta_gdpa") and c.get("status") == "ok"]
+        peers = {"meta_gdpa": min(metas, key=lambda c: c["median_ms"], default=None), "fa4": by.get("fa4")}
+        if "causal_silu" in gdpa["set"]:
+            peers = {"hstu": by.get("hstu")}
+        for peer, case in peers.items():
+            if not ran[peer]:  # a run without that peer at all: nothing to compare
+                continue
+            r = ratio(case, gdpa)
+            if r is not None and peer in PEER_GEO:
+                geo[(peer, mode)].append(r)
+            who = case["provider"] if case else peer
+            failed += _line(lines, r is not None and r >= 1.0, f"{shape}: gdpa vs {who} {_x(r)} (bar 1.0x)")
+    for (peer, mode), rs in sorted(geo.items()):
+        g = math.exp(sum(math.log(r) for r in rs) / len(rs))
+        bar = PEER_GEO[peer][mode]
+        failed += _line(lines, g >= bar, f"geo mean {mode} gdpa vs {peer} over {len(rs)} shapes: {g:.2f}x (bar {bar}x)")
+    return failed
+
+
+def _x(r: float | None) -> str:
+    return "not run ok" if r is None else f"{r:.2f}x"
+
+
+def _line(lines: list[str], ok: bool, text: str) -> int:
+    lines.append(("  ok  " if ok else "FAIL  ") + text)
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("production", type=Path, help="a configs/production.yaml run folder")
+    ap.add_argument("--peers", type=Path, help="a configs/peers-h200.yaml run folder")
+    args = ap.parse_args(argv)
+    lines: list[str] = []
+    failed = 0
+    for run, check in ((args.production, check_production), (args.peers, check_peers)):
+        if run is None:
+            continue
+        if not (run / "results.json").is_file():
+            print(f"error: {run}: no results.json (a run folder of gdpa-bench run)", file=sys.stderr)
+            return 2
+        failed += check(run, lines)
+    print("\n".join(lines))
+    print(f"{failed} of {len(lines)} bars failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""docs/experiments/issue30_bars.py reads issue 30's bars from run folders: a ratio under its bar, a missing
+or failed comparison case, a low TFLOP/s and a low geometric mean each fail; the exit status says so."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("issue30_bars", ROOT / "docs" / "experiments" / "issue30_bars.py")
+bars = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bars)
+
+
+def _case(shape: str, label: str, ms: float, status: str = "ok", **extra) -> dict:
+    set_name, mode = shape.split("/")[:2]
+    return {"id": f"{shape}/{label}", "set": set_name, "mode": mode, "provider": label, "median_ms": ms,
+            "status": status, **extra}
+
+
+def _run(tmp_path: Path, name: str, cases: list[dict]) -> Path:
+    run = tmp_path / name
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"cases": cases}))
+    return run
+
+
+def test_production_bars_pass_and_fail_where_the_issue_says(tmp_path, capsys):
+    fwd, bwd = "lognormal/fwd/L=2048/sort=False", "lognormal/bwd/L=2048/sort=False"
+    good = [
+        _case(fwd, "gdpa", 0.50, max_len=2048, tflops=430.0), _case(fwd, "fa4", 0.80, max_len=2048),
+        _case(fwd, "gdpa_triton", 0.60, max_len=2048), _case(fwd, "gdpa_hopper", 0.49, max_len=2048),
+        _case(bwd, "gdpa", 1.30, max_len=2048), _case(bwd, "fa4", 1.70, max_len=2048),
+        _case(bwd, "gdpa_hopper", 1.31, max_len=2048),
+    ]
+    assert bars.main([str(_run(tmp_path, "good", good))]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "0 of 4 bars failed" in out
+
+    slow = [dict(c) for c in good]
+    slow[0]["tflops"] = 400.0  # 1.6x FA4 but under 420 TFLOP/s
+    slow[5]["status"] = "failed"  # no FA4 backward to compare with
+    slow[3]["median_ms"] = 0.40  # a pinned backend 20% faster than auto
+    assert bars.main([str(_run(tmp_path, "slow", slow))]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert len(fails) == 3, fails
+    assert "400 TFLOP/s" in fails[1] or "400 TFLOP/s" in fails[0]
+    assert any("not run ok" in f for f in fails) and any("gdpa_hopper 0.80x" in f for f in fails)
+
+
+def test_peer_bars_take_metas_fastest_label_and_the_geometric_mean(tmp_path, capsys):
+    a, b = "set1/fwd/L=256/fill=0.5", "set1/fwd/L=512/fill=0.5"
+    cases = [
+        _case(a, "gdpa", 1.0), _case(a, "meta_gdpa", 1.5), _case(a, "meta_gdpa_tma", 0.9), _case(a, "fa4", 2.0),
+        _case(b, "gdpa", 1.0), _case(b, "meta_gdpa", 1.4), _case(b, "fa4", 1.5),
+    ]
+    prod = _run(tmp_path, "prod", [])
+    assert bars.main([str(prod), "--peers", str(_run(tmp_path, "peers", cases))]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  set1/fwd/L=256/fill=0.5: gdpa vs meta_gdpa_tma 0.90x" in out  # Meta at its best
+    assert "  ok  set1/fwd/L=512/fill=0.5: gdpa vs meta_gdpa 1.40x" in out
+    assert "FAIL  geo mean fwd gdpa vs meta_gdpa over 2 shapes: 1.12x (bar 1.25x)" in out
+    assert "  ok  geo mean fwd gdpa vs fa4 over 2 shapes: 1.73x (bar 1.35x)" in out
+
+
+def test_a_folder_without_results_is_one_line_and_exit_2(tmp_path, capsys):
+    assert bars.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
