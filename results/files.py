@@ -63,6 +63,40 @@ def clean(obj: Any) -> Any:
     return obj
 
 
+#: Significant digits of a timed sample in results.json: six keep 1e-5 of a sample, far finer than a CUDA
+#: event resolves (~0.5 us: 5e-4 of a 1 ms call); the digits past them are float noise, a third of the file.
+SAMPLE_DIGITS = 6
+
+
+def _sample(t: Any) -> Any:
+    return float(f"{t:.{SAMPLE_DIGITS}g}") if isinstance(t, float) and math.isfinite(t) else t
+
+
+def results_json_text(data: dict) -> str:
+    """results.json's text: one line per top-level field, per workload and per case (a diff names the case
+    that changed; a case's samples are one line, not one line each), samples to SAMPLE_DIGITS digits."""
+    def one(v: Any) -> str:
+        return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+    def case(c: dict) -> dict:
+        times = c.get("times_ms")
+        return {**c, "times_ms": [_sample(t) for t in times]} if isinstance(times, list) else c
+
+    data = clean(data)
+    lines = ["{"]
+    for i, (key, value) in enumerate(data.items()):
+        end = "," if i < len(data) - 1 else ""
+        if key == "workloads" and isinstance(value, dict):
+            rows = [f"{one(name)}:{one(entry)}" for name, entry in value.items()]
+            lines += [f"{one(key)}:{{", ",\n".join(rows), "}" + end] if rows else [f"{one(key)}:{{}}{end}"]
+        elif key == "cases" and isinstance(value, list):
+            rows = [one(case(c)) if isinstance(c, dict) else one(c) for c in value]
+            lines += [f"{one(key)}:[", ",\n".join(rows), "]" + end] if rows else [f"{one(key)}:[]{end}"]
+        else:
+            lines.append(f"{one(key)}:{one(value)}{end}")
+    return "\n".join([*lines, "}"]) + "\n"
+
+
 class ResultsWriteError(Exception):
     """A run file could not be written (disk full, read-only, no permission): one line naming the file."""
 
@@ -343,7 +377,7 @@ class ResultsWriter:
     def flush(self) -> None:
         # together: a disk that fills while either is written leaves both as they were (issue 32)
         csv = csv_frame(self.data["cases"]).to_csv(index=False)
-        atomic_write_together([(self.json_path, json.dumps(clean(self.data), indent=1)), (self.csv_path, csv)])
+        atomic_write_together([(self.json_path, results_json_text(self.data)), (self.csv_path, csv)])
 
     def write_parquet(self) -> Path:
         return write_parquet(self.data["cases"], self.run_dir / "results.parquet")

@@ -91,3 +91,23 @@ def test_writer_of_and_read_results(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"schema": "other"}))
     with pytest.raises(ResultsError, match="schema is 'other'"):
         read_results(tmp_path)
+
+
+def test_results_json_is_one_line_per_case_with_samples_to_six_digits():
+    from results.files import SAMPLE_DIGITS, results_json_text
+
+    data = {
+        "schema": "gdpa-bench/1",
+        "meta": {"gpu": "x", "peak": float("nan")},
+        "workloads": {"a/L=8": {"q_lengths": [1, 2]}, "b/L=8": {"q_lengths": [3]}},
+        "cases": [{"id": "a", "times_ms": [0.3351039886474609, 18.38755226135254, 2]}, {"id": "b", "times_ms": None}],
+    }
+    text = results_json_text(data)
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and len(lines) == 12  # 4 fields, 2 workloads, 2 cases, brackets
+    assert lines.index('"cases":[') == 7 and lines[8].startswith('{"id":"a"') and lines[9].startswith('{"id":"b"')
+    back = json.loads(text)
+    assert back["meta"]["peak"] is None  # JSON has no NaN
+    assert back["cases"][0]["times_ms"] == [0.335104, 18.3876, 2] and SAMPLE_DIGITS == 6
+    assert back["cases"][1] == {"id": "b", "times_ms": None} and back["workloads"] == data["workloads"]
+    assert json.loads(results_json_text({"schema": "s", "meta": {}, "workloads": {}, "cases": []}))["cases"] == []
