@@ -264,13 +264,15 @@ def _csv_list(v: Any) -> Any:
 
 
 def write_parquet(cases: list[dict], path: Path) -> Path:
-    """results.parquet: the flat rows with `times_ms` kept as a list column (pandas + pyarrow).
+    """results.parquet: the flat rows with `times_ms` kept as a list column (pandas + pyarrow), its samples
+    to SAMPLE_DIGITS digits as in results.json.
 
     Columns whose values mix types (a sweep axis that is a number in one set and a word in another) are
     written as strings: Parquet needs one type per column."""
     df = flatten_cases(cases)
     for col in df.columns:
-        if col == "times_ms":
+        if col == "times_ms":  # the samples as results.json keeps them
+            df[col] = df[col].map(lambda t: [_sample(x) for x in t] if isinstance(t, list) else t)
             continue
         values = [v for v in df[col] if not _missing(v)]
         kinds = {type(v) for v in values}
