@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from kernels import peer_checkout as pc
-from kernels.registry import CaseSpec, register
+from kernels.registry import TRITON_AUTOTUNE_BYTES, CaseSpec, register
 from workloads.batch import JaggedBatch
 
 PEER = pc.Peer(
@@ -60,6 +60,7 @@ class HSTUProvider(pc.PeerProvider):
     peer, module, option_fields = PEER, MODULE, OPTIONS
     semantics = "gdpa"
     process_setup_s = 30.0  # Triton autotuning of its fwd and bwd kernels, cached in-process
+    autotune_bytes = TRITON_AUTOTUNE_BYTES
     description = (
         "HSTU's Triton attention (generative-recommenders triton_hstu_mha) from your checkout; "
         "silu(alpha·QKᵀ)/N, causal self-attention: GDPA with qk_scale = 1/N; fwd + bwd via its autograd"

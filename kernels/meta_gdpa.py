@@ -32,7 +32,7 @@ import re
 import torch
 
 from kernels import peer_checkout as pc
-from kernels.registry import CaseSpec, register
+from kernels.registry import TRITON_AUTOTUNE_BYTES, CaseSpec, register
 from support.text import one_line
 from workloads.batch import JaggedBatch
 
@@ -154,6 +154,43 @@ def ws_build_check(provider, device: torch.device) -> None:
         ) from exc
 
 
+def store_reduce_reason() -> str | None:
+    """None when this Triton's tensor descriptors take `store_reduce` (Meta's fork), else why Meta's TMA
+    backward cannot compile here: it writes dQ with `desc_dq.store(..., store_reduce="add")` (SRC:2593), and
+    stock Triton 3.6's `tensor_descriptor.store(offsets, value)` has no such keyword (the H200 failed every
+    tma backward so, 2026-12-02)."""
+    import inspect
+
+    import triton
+    from triton.language import core
+
+    if "store_reduce" in inspect.signature(core.tensor_descriptor.store).parameters:
+        return None
+    return (
+        f"bwd_opt_tech tma stores dQ with store_reduce='add' ({SRC}:2593), a keyword of Meta's Triton fork "
+        f"(fbtriton); triton {triton.__version__} here has none"
+    )
+
+
+def restore_accumulators(module) -> None:
+    """Meta's backward adds dK/dV atomically when heads share K/V (G > 1, GQA: SRC:2370, :2387) and dQ with
+    `use_dq_atomic_add`, but asks its autotuner to restore them between configs only for start/end offsets
+    (`restore_value`, :3648-3670): the first backward of a shape returned the sum of every config's run
+    (the H200's GQA gate failed so, 2026-12-02). Its autotuner builder is wrapped once for this process so
+    DQ, DK and DV are always restored between the configs it times (what Triton's `restore_value` is for);
+    the kernel and its configs are Meta's."""
+    build = getattr(module, "get_autotune_bwd_kernel", None)  # a checkout without it: nothing to wrap
+    if build is None or getattr(build, "_gdpa_bench_restores", False):
+        return
+
+    def with_accumulators(kernel, restore_value, enable_ws, is_mtia=False):
+        names = tuple(dict.fromkeys((*(restore_value or ()), "DQ", "DK", "DV")))
+        return build(kernel, names, enable_ws, is_mtia=is_mtia)
+
+    with_accumulators._gdpa_bench_restores = True
+    module.get_autotune_bwd_kernel = with_accumulators
+
+
 def accept_object_annotations() -> None:
     """Meta's backward kernel declares its arguments `Q: object, ...` (`_gdpa_bwd`, at line 2600 of SRC above).
     Triton 3.6's code generator resolves an annotation as a name, among the kernel's globals and a short
@@ -171,6 +208,7 @@ class MetaGDPAProvider(pc.PeerProvider):
     peer, module, option_fields = PEER, MODULE, OPTIONS
     semantics = "gdpa"
     process_setup_s = 30.0  # Triton autotuning over its config list, per max length, cached in-process
+    autotune_bytes = TRITON_AUTOTUNE_BYTES
     description = (
         "Meta's Triton GDPA (ads_model_kernel_library gdpa/triton generalized_dot_product_attention) from "
         "your checkout; O = act(QKᵀ)·qk_scale·V, no alpha, no causal; fwd + bwd via its autograd op"
@@ -198,7 +236,9 @@ class MetaGDPAProvider(pc.PeerProvider):
 
     def _entry(self):
         accept_object_annotations()
-        return self.peer_module().generalized_dot_product_attention
+        module = self.peer_module()
+        restore_accumulators(module)
+        return module.generalized_dot_product_attention
 
     def availability(self, device) -> str | None:
         reason = super().availability(device)
@@ -225,6 +265,10 @@ class MetaGDPAProvider(pc.PeerProvider):
             )
         if spec.activation not in ACTIVATIONS:
             return f"activation {spec.activation!r} has no Meta equivalent; allowed: {', '.join(ACTIVATIONS)}"
+        if spec.mode != "fwd" and "tma" in bwd_techs(self.options["bwd_opt_tech"]):
+            reason = store_reduce_reason()
+            if reason:
+                return reason
         return shape_reason(batch, "Meta's GDPA")
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:

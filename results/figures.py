@@ -101,6 +101,14 @@ def tflops_per_watt(achieved_tflops: Any, avg_w: Any) -> float:
 HOST_BOUND_IDLE = 0.10  # GPU idle above this share of the timed call: host-bound
 
 
+def judged_kernel_ms(kernels: dict) -> float | None:
+    """The kernel time per call a breakdown is judged by: that of the very calls its pass timed with events
+    (`pass_sum_ms`, GPU), else the counted calls' (`sum_ms`: a CPU run, or a record from before the pass kept
+    its own calls' kernels)."""
+    k = kernels.get("pass_sum_ms")
+    return k if k is not None else kernels.get("sum_ms")
+
+
 def idle_share(kernel_ms: Any, median_ms: Any) -> float:
     """The share of a timed call the GPU ran none of its kernels: 1 − kernel_ms / median_ms, at least 0
     (kernels on several streams can overlap past the median); NaN when unknown."""

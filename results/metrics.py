@@ -222,11 +222,14 @@ METRICS: tuple[Metric, ...] = (
       "as the samples are, inside the breakdown's own profiler pass (the clock and moment its kernels ran at)",
       shown=("kernels",), header="pass ms"),
     Metric("kernels.pass_calls", "count", "breakdown", "", "the pass's event-timed calls"),
-    Metric("kernels.sum_over_pass", "", "breakdown", "sum_ms / pass_median_ms", "GPU: the kernel sum against the "
-      "call's event time in the same pass: what the breakdown is judged by", shown=("kernels",),
+    Metric("kernels.pass_sum_ms", "ms", "breakdown", "Σ kernel time of the pass's event-timed calls / pass_calls",
+      "GPU: the kernel time per call of the very calls pass_median_ms timed"),
+    Metric("kernels.sum_over_pass", "", "breakdown", "pass_sum_ms (else sum_ms) / pass_median_ms", "GPU: the "
+      "kernel sum of the pass's calls against their event time: what the breakdown is judged by", shown=("kernels",),
       header="sum / pass", fmt="frac"),
-    Metric("kernels.sum_over_median", "", "breakdown", "sum_ms / median_ms", "GPU: the kernel sum against the "
-      "case's timed median (reported: the samples ran at another moment, under a power cap at another clock)"),
+    Metric("kernels.sum_over_median", "", "breakdown", "pass_sum_ms (else sum_ms) / median_ms", "GPU: the kernel "
+      "sum against the case's timed median (reported: the samples ran at another moment, under a power cap at "
+      "another clock)"),
     Metric("kernels.idle_share", "fraction", "breakdown", "1 − sum_over_pass (≥ 0)", "GPU: the share of the "
       "call the GPU ran none of its kernels", shown=("kernels",), header="GPU idle"),
     Metric("kernels.accounting", "", "breakdown", "sum_over_pass: [0.95, 1.05] · [0.90, 0.95) · < 0.90 · > 1.05",

@@ -25,7 +25,10 @@ FAULT_AT = 256
 CONFIG = f"""
 name: gpu-faults
 device: cuda
-providers: [gdpa_triton, {{name: test_oob_store, options: {{fault_at: {FAULT_AT}}}}}]
+providers:  # tiles pinned: the two runs (faults, control) tune nothing, so each stays well inside its bound
+  - name: gdpa_triton
+    options: {{fwd_tiles: [128, 64, 8, 3], dkdv_tiles: [64, 128, 8, 3], dq_tiles: [128, 64, 8, 3]}}
+  - {{name: test_oob_store, options: {{fault_at: {FAULT_AT}}}}}
 modes: [fwd, bwd]
 timing: {{warmup_ms: 100, rep_ms: 200, min_reps: 20}}
 power: {{enabled: false}}
@@ -42,15 +45,27 @@ sets:
 """
 
 
+CHILD_S = 200  # each run's bound: a run that passes takes well under a minute on the H200
+
+
 def bench_run(cfg: Path, out: Path, *extra) -> subprocess.CompletedProcess:
+    """`python -m bench run` in a child bounded by CHILD_S; its output printed whole (`pytest -s` keeps it in
+    the log: on the H200 these tests failed twice with nothing captured), and a child past its bound fails
+    the test with what it had printed and the run folder's case lines."""
     env = dict(
         os.environ,
         GDPA_BENCH_PROVIDERS="fault_providers_gpu",
         PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
     )
     cmd = [sys.executable, "-m", "bench", "run", str(cfg), "--out", str(out), "--no-progress", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
-    print(proc.stdout[-4000:], proc.stderr[-2000:])
+    print("+", " ".join(cmd), flush=True)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CHILD_S)
+    except subprocess.TimeoutExpired as exc:
+        text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        print(text(exc.stdout)[-6000:], text(exc.stderr)[-4000:], flush=True)
+        pytest.fail(f"python -m bench run did not end within {CHILD_S} s (its output above)")
+    print(f"exit {proc.returncode}", proc.stdout[-6000:], proc.stderr[-4000:], sep="\n", flush=True)
     return proc
 
 
@@ -60,7 +75,7 @@ def test_a_gpu_fault_fails_its_cases_only_and_leaves_the_other_timings_alone(tmp
     cfg = tmp_path / "gpu-faults.yaml"
     cfg.write_text(textwrap.dedent(CONFIG))
     proc = bench_run(cfg, tmp_path / "faults", "--no-report")
-    assert proc.returncode == 0
+    assert proc.returncode == 0, proc.stderr[-2000:]
     cases = read_results(tmp_path / "faults")["cases"]
     assert len(cases) == 12
     for c in cases:
@@ -108,7 +123,7 @@ def test_a_kernel_that_hangs_the_gpu_is_killed_recorded_and_the_sweep_goes_on(tm
     cfg = tmp_path / "gpu-hang.yaml"
     cfg.write_text(textwrap.dedent(HANG_CONFIG))
     proc = bench_run(cfg, tmp_path / "hang", "--no-report", "--case-timeout", "60")
-    assert proc.returncode == 0
+    assert proc.returncode == 0, proc.stderr[-2000:]
     cases = {c["id"]: c for c in read_results(tmp_path / "hang")["cases"]}
     assert len(cases) == 4, list(cases)
     hung = cases.pop(f"s/fwd/L={HANG_AT}/fill=1.0/test_spin_hang")

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,41 @@ def test_meta_gdpa_lets_triton_compile_kernels_whose_arguments_are_annotated_obj
         [sys.executable, str(script), str(META_FIX)], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.stdout.split() == ["before:", "True", "after:", "True"], proc.stdout + proc.stderr[-2000:]
+
+
+def test_meta_gdpa_restores_its_atomic_accumulators_between_the_configs_it_tunes():
+    """Meta's backward adds dK/dV atomically under GQA but restores them between autotuned configs only with
+    start/end offsets: the provider's wrap of its autotuner builder always adds DQ, DK, DV to what Triton
+    restores, keeps Meta's own names, and wraps once however often the entry is called."""
+    seen = []
+    module = types.SimpleNamespace(get_autotune_bwd_kernel=lambda k, rv, ws, is_mtia=False: seen.append(rv) or k)
+    meta_gdpa.restore_accumulators(module)
+    wrapped = module.get_autotune_bwd_kernel
+    meta_gdpa.restore_accumulators(module)
+    assert module.get_autotune_bwd_kernel is wrapped
+    assert wrapped("kernel", None, False, is_mtia=False) == "kernel"
+    wrapped("kernel", ("dts_encoding", "DK"), True)
+    assert seen == [("DQ", "DK", "DV"), ("dts_encoding", "DK", "DQ", "DV")]
+    meta_gdpa.restore_accumulators(types.SimpleNamespace())  # a checkout without the builder: nothing to wrap
+
+
+def test_meta_gdpa_tma_backward_is_unsupported_without_store_reduce(monkeypatch):
+    """Meta's TMA backward writes dQ with `store_reduce="add"`, a keyword of its Triton fork: on stock Triton
+    its backward cases are `unsupported` with that reason (every one failed to compile on the H200); its
+    forward, and a Triton whose descriptors take the keyword, are not."""
+    p = get_provider("meta_gdpa", {"path": str(META_FIX), "enable_tma": True, "bwd_opt_tech": "tma"})
+    b = cross_batch()
+    assert "store_reduce" in p.unsupported(b, CaseSpec(mode="bwd")) and "fbtriton" in p.unsupported(
+        b, CaseSpec(mode="bwd")
+    )
+    assert p.unsupported(b, CaseSpec(mode="fwd")) is None
+    assert get_provider("meta_gdpa", {"path": str(META_FIX)}).unsupported(b, CaseSpec(mode="bwd")) is None
+    from triton.language import core
+
+    monkeypatch.setattr(
+        core.tensor_descriptor, "store", lambda self, offsets, value, store_reduce="", _semantic=None: 0
+    )
+    assert p.unsupported(b, CaseSpec(mode="fwd_bwd")) is None
 
 
 def test_a_wrong_activation_mapping_fails_the_gate(monkeypatch):

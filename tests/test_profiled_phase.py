@@ -282,3 +282,31 @@ def test_a_case_that_hangs_in_the_profiled_phase_is_failed_and_the_rest_profiled
             assert "in phase views" in c["error"] and c["error"].endswith("(in its profiled views, after its samples)")
         else:
             assert c["status"] == "ok" and c["kernels"]["error"] is None, (cid, c.get("kernels"))
+
+
+def test_the_passs_event_timed_calls_keep_their_own_kernel_sum():
+    """The pass's calls run without a sync between them, so call i+1 is launched while call i's kernels run:
+    each call's kernels are placed by their launch into its `pass_call` range (a flush launched between two
+    calls goes to its `timed` range), and `pass_sum_ms` is their time per call, what `sum_over_pass` judges
+    against the same calls' event median (the counted calls' sum against it mixed two windows)."""
+    from test_breakdown_trace import device, host, launch, one_call
+
+    from bench.profiling import breakdown as bd
+    from bench.profiling import trace_events as te
+
+    events = []
+    for i, t in enumerate((0, 30, 60)):  # host ranges 20 µs apart; the device runs behind them
+        events += [host(te.TIMED_RANGE, t, 5), launch(t + 1, 100 + 2 * i, "cudaMemsetAsync")]
+        events += [device("Memset (Device)", 10 + 60 * i, 4, 100 + 2 * i, cat="gpu_memset")]
+        events += [host(te.PASS_CALL_RANGE, t + 6, 20), launch(t + 8, 101 + 2 * i, "cuLaunchKernel", "cuda_driver")]
+        events += [device("_gdpa_fwd_kernel", 15 + 60 * i, 50 + i, 101 + 2 * i)]
+    found = te.attribute({"traceEvents": events + one_call(400, 10)})
+    assert found.pass_ranges == 3 and found.pass_us == 50 + 51 + 52
+    assert found.calls["_gdpa_fwd_kernel"] == [50.0, 1] and found.unattributed == 0  # the counted call's alone
+    from bench.profiling.views import CaseProfiling
+
+    rec = bd.device_record(found, 1, True)
+    assert rec["pass_sum_ms"] == pytest.approx(0.051) and rec["sum_ms"] != rec["pass_sum_ms"]
+    rec["pass_median_ms"] = 0.0515
+    CaseProfiling.judge(rec, {"median_ms": 0.06})
+    assert rec["sum_over_pass"] == pytest.approx(0.051 / 0.0515) and rec["accounting"] == "accounted"

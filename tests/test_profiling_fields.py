@@ -68,7 +68,7 @@ def test_the_records_hold_exactly_the_declared_fields(run):
     cases = json.loads((run / "results.json").read_text())["cases"]
     for c in cases:
         # a GPU breakdown adds the device-side keys and its verdict; `trace` only where a trace was asked for
-        gpu_only = {"unattributed_ms", "idle_share", "sum_over_pass", "sum_over_median", "accounting"}
+        gpu_only = {"unattributed_ms", "pass_sum_ms", "idle_share", "sum_over_pass", "sum_over_median", "accounting"}
         assert set(c["kernels"]) == keys_of("kernels") - gpu_only - {"trace"}
         assert c["kernels"]["pass_calls"] >= 2 and c["kernels"]["pass_median_ms"] > 0
         assert {k for r in c["kernels"]["rows"] for k in r} == keys_of("kernels.rows") - {"rule"}
@@ -77,6 +77,7 @@ def test_the_records_hold_exactly_the_declared_fields(run):
         assert ok and all(set(r) == keys_of("bands.rows") for r in ok)
     gpu = bd.summarize({"k": [10.0, 1]}, 1, "cuda", lambda name: "launch")
     gpu |= {"unattributed_ms": 0.0, "trace": "traces/k.json", "pass_median_ms": 0.011, "pass_calls": 10}
+    gpu |= {"pass_sum_ms": 0.0105}
     assert CaseProfiling.judge(gpu, {"median_ms": 0.01}) == {"host_bound": False}
     assert set(gpu) == keys_of("kernels") and set(gpu["rows"][0]) == keys_of("kernels.rows")
     counters = summarize([ncu_kernel()], 1e9)

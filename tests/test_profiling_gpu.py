@@ -111,7 +111,7 @@ def test_the_breakdown_finds_every_providers_kernels(name, mode):
     timed = time_cuda(fn, warmup_ms=50, rep_ms=300, device=d)  # reported: another moment than the pass
     rec = bd.kernel_breakdown(fn, d, calls=5, flush=l2_flush_buffer(d), warm_ms=200)
     assert rec["error"] is None and rec["source"] == "cuda", rec["error"]
-    ratio = (rec["sum_ms"] or 0) / rec["pass_median_ms"]
+    ratio = (rec["pass_sum_ms"] or 0) / rec["pass_median_ms"]  # the same calls: kernels vs events
     apart = (rec["sum_ms"] or 0) / timed.median_ms
     show(test="breakdown", provider=name, mode=mode, median_ms=timed.median_ms, sum_over_pass=ratio,
          sum_over_median=apart, record=rec)  # fmt: skip
@@ -139,43 +139,28 @@ def test_a_gpu_trace_links_each_kernel_to_its_launch_and_opens_as_perfetto_json(
     assert ours and all(r["rule"] == "launch" for r in ours), rec["rows"]
 
 
-def _round(fn, d) -> list[float]:
-    return time_cuda(fn, warmup_ms=20, rep_ms=150, device=d).times_ms
-
-
 def test_the_monitor_leaves_a_host_bound_calls_samples_unchanged():
     """Our op's forward on the short band (host-bound) timed with the sampler process running and with it
     stopped, interleaved (off, on, off, on, ...: clocks and temperature drift alike for both), 8 rounds of
-    150 ms each after one discarded round. Bar: the pooled p50 and p80 with the monitor on within 3% of
-    off. Why 3%: the issue's own bar for two providers running the same kernel; the thread sampler moved
-    this call's p80 by +40% and p50 by +19% on the H200 (issue 31), an order of magnitude over it, while
-    interleaved rounds of one condition agree to ~1%. The thread sampler is measured alongside for the
-    record (printed, not asserted: it is what the process replaced)."""
-    from bench.monitor import PowerMonitor, gpu_index_from_device
-
-    d = dev()
-    fn = built(provider_here("gdpa"), short_batch(), "fwd")
-    process = PowerMonitor(device_index=gpu_index_from_device(d), period_ms=10.0)
-    if not process.available:
-        pytest.skip(f"no NVML: {process.unavailable_reason}")
-    thread = PowerMonitor(device_index=gpu_index_from_device(d), period_ms=10.0, sampler="thread")
-    samples: dict[str, list[float]] = {"off": [], "process": [], "thread": []}
-    try:
-        _round(fn, d)  # discarded: the first round after the build
-        for _ in range(8):
-            for kind, mon in (("off", None), ("process", process), ("thread", thread)):
-                if mon is not None:
-                    mon.start()
-                    assert mon.running
-                samples[kind] += _round(fn, d)
-                if mon is not None:
-                    mon.stop()
-        assert process.sampler == "process" and len(process) > 50  # it sampled through its rounds
-    finally:
-        process.close()
-        thread.close()
+    150 ms each after one discarded round, in a fresh interpreter (tests/monitor_rounds_gpu.py: this process
+    has run profiler sessions, which leave host time on its later calls). Bar: the pooled p50 and p80 with the
+    monitor on within 3% of off. Why 3%: the issue's own bar for two providers running the same kernel; the
+    thread sampler moved this call's p80 by +40% and p50 by +19% on the H200 (issue 31), an order of
+    magnitude over it, while interleaved rounds of one condition agree to ~1%. The thread sampler is
+    measured alongside for the record (printed, not asserted: it is what the process replaced)."""
+    dev()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "monitor_rounds_gpu.py")],
+        env=os.environ | {"PYTHONPATH": _pythonpath()}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skip" in r:
+        pytest.skip(r["skip"])
+    samples = r["samples"]
     q = {k: (statistics.median(v), float(np.percentile(v, 80))) for k, v in samples.items()}
-    show(test="monitor", p50_p80_ms=q, n={k: len(v) for k, v in samples.items()})
+    show(test="monitor", p50_p80_ms=q, n={k: len(v) for k, v in samples.items()}, sampler=r["sampler"])
+    assert r["sampler"] == "process" and r["process_samples"] > 50  # it sampled through its rounds
     for i, what in enumerate(("p50", "p80")):
         assert q["process"][i] == pytest.approx(q["off"][i], rel=0.03), (what, q)
 
@@ -207,16 +192,19 @@ def test_cuda_graph_time_is_the_device_time():
 @pytest.mark.parametrize("name", ["gdpa", "fa4"])
 def test_cuda_graph_capture_failures_are_recorded_and_leave_the_gpu_usable(name):
     """A retained autograd backward (its engine launches onto the forward's stream) may not capture: either
-    a device time or a one-line reason, and the call still runs and times afterwards."""
+    a device time or a one-line reason, and the call still runs and times afterwards. The graph's time is
+    judged against the event timings that bracket it (before and after): on a GPU at its power cap the
+    clock moves between two windows (the H200 timed FA4's backward 1.539 ms, then its graph 1.590 ms, then
+    the events again within 10%, 2026-12-02), and the graph cannot be slower than the calls at its moment."""
     d = dev()
     fn = built(provider_here(name), long_batch(), "bwd")
     timed = time_cuda(fn, warmup_ms=20, rep_ms=100, device=d)
     g = graph_time(fn, d, l2_flush_buffer(d), timed.median_ms)
-    show(test="graph bwd", provider=name, median_ms=timed.median_ms, graph=g)
+    again = time_cuda(fn, warmup_ms=20, rep_ms=100, device=d)
+    show(test="graph bwd", provider=name, median_ms=timed.median_ms, again_ms=again.median_ms, graph=g)
     assert (g["ms"] is not None and g["error"] is None) or (g["ms"] is None and "captured" in g["error"])
     if g["ms"] is not None:
-        assert g["ms"] <= timed.median_ms * 1.02
-    again = time_cuda(fn, warmup_ms=20, rep_ms=100, device=d)
+        assert g["ms"] <= max(timed.median_ms, again.median_ms) * 1.02
     assert again.median_ms == pytest.approx(timed.median_ms, rel=0.10)
 
 
@@ -283,7 +271,7 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
              sum_over_pass=k.get("sum_over_pass"), sum_over_median=k.get("sum_over_median"),
              accounting=k.get("accounting"), host_bound=c["host_bound"], graph=g)  # fmt: skip
         assert k["error"] is None and k["n_kernels"] > 0 and k["pass_calls"] >= 5, (c["id"], k["error"])
-        assert k["sum_over_pass"] == pytest.approx(k["sum_ms"] / k["pass_median_ms"])
+        assert k["sum_over_pass"] == pytest.approx(k["pass_sum_ms"] / k["pass_median_ms"])
         assert (k["accounting"] == "host-bound") == c["host_bound"], c["id"]
         assert bars.breakdown_bar(c) is None, (c["id"], bars.breakdown_bar(c))
         assert bars.trace_bar(run, c) is None, (c["id"], bars.trace_bar(run, c))

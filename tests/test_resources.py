@@ -260,5 +260,7 @@ def test_estimates_bound_cuda_peaks(provider, mode):
     assert batch_peak <= batch_need(s)
     # a GPU case is skipped only when its expected peak exceeds what is free (HEADROOM["cuda"] = 1): the
     # expectation must be that peak within 25%, and not so far above that cases which fit are skipped
-    need = case_need(s, mode, p.scores_memory, True)
-    assert 0.25 * need <= case_peak <= 1.25 * need + 64 * 2**20, (case_peak, need)
+    need = case_need(s, mode, p.scores_memory, True, p.autotune_bytes)  # a first call tunes on a GPU
+    untuned = case_need(s, mode, p.scores_memory, True)  # a shape an earlier test tuned tunes nothing now
+    print({"provider": provider, "mode": mode, "case_peak": case_peak, "need": need, "batch_peak": batch_peak})
+    assert 0.25 * untuned <= case_peak <= 1.25 * need + 64 * 2**20, (case_peak, need)

@@ -203,15 +203,16 @@ def _scores(s: Shape, model: str, grads: bool) -> int:
     return 4 * s.total_q * s.H * (s.D + 2 if grads else 2)
 
 
-def case_need(s: Shape, mode: str, scores_memory: str, gate: bool) -> int:
+def case_need(s: Shape, mode: str, scores_memory: str, gate: bool, autotune_bytes: int = 0) -> int:
     """Bytes a case allocates on top of its batch: the timed call's outputs, gradients and the fresh
-    leaves autograd needs, the provider's scores, or (when larger) the correctness gate's fp32 reference
-    of the longest sequence plus the provider's own run."""
+    leaves autograd needs, the provider's scores and what its first call tunes with (`autotune_bytes`:
+    kernels.registry.Provider), or (when larger) the correctness gate's fp32 reference of the longest
+    sequence plus the provider's own run."""
     grads = mode != "fwd"
     e = s.itemsize
     q_el, kv_el = s.total_q * s.H * s.D, s.total_kv * s.Hkv * s.D
     out = e * q_el
-    timed = out + _scores(s, scores_memory, grads)
+    timed = out + _scores(s, scores_memory, grads) + autotune_bytes
     if grads:
         timed += 2 * e * (q_el + 2 * kv_el)  # the with_grad copies of q, k, v and their gradients
     if not gate:

@@ -41,7 +41,7 @@ from bench.case.faults import is_sticky_cuda_error
 from bench.case.gate import correctness
 from bench.config.cases import Case, dtype_of
 from kernels.registry import Provider
-from results.figures import HOST_BOUND_IDLE, idle_share, tflops
+from results.figures import HOST_BOUND_IDLE, idle_share, judged_kernel_ms, tflops
 from support.text import one_line
 from workloads import make_batch
 from workloads.bands import band_table, bands_of, edges_for
@@ -273,9 +273,9 @@ def band_kernels(
         finally:
             del fn, batch
             _free(device)
-        row["kernel_ms"], row["pass_median_ms"] = kern.get("sum_ms"), kern.get("pass_median_ms")
+        row["kernel_ms"], row["pass_median_ms"] = judged_kernel_ms(kern), kern.get("pass_median_ms")
         if kern.get("source") == "cuda":  # the CPU profiler's ops say nothing of a GPU's idle time
-            idle = idle_share(kern.get("sum_ms"), kern.get("pass_median_ms"))
+            idle = idle_share(row["kernel_ms"], kern.get("pass_median_ms"))
             row["idle_share"] = None if idle != idle else idle
         if kern.get("error"):
             row["note"] = "; ".join(filter(None, [row.get("note"), f"kernel breakdown: {kern['error']}"]))

@@ -1,31 +1,32 @@
 """Kernel breakdown of one case: the kernels a timed call launches, each with its calls and time per call.
 
 A profiler pass that runs only after every timed measurement of its process (the sweep's second phase,
-bench.profiling.later: a torch.profiler session leaves host time on every later call of the process, so
-nothing is timed after one): the case's callable runs `calls` times under `torch.profiler` (CUPTI on a
-GPU), each call inside a `gdpa_bench::call` range and, as the timer does, preceded by the L2 flush inside a
-`gdpa_bench::l2_flush` range (synchronized inside it, so no range's window overlaps the next); uncounted
-calls in a `gdpa_bench::warm` range come first, back to back for `warm_ms` (the profiler's first-call
-costs, and the clocks a power-capped GPU regains while the profiler starts), then, in a `gdpa_bench::timed`
-range, calls timed exactly as the samples are (the flush, one event pair per call, no sync between calls,
-chunks as bench.case.timing's) for `window` (`pass_median_ms`, `pass_calls`): the event time of the call at
-the clock and the moment of the profiled calls, which the kernel sum is judged against (bench.profiling.views:
-`idle_share`, `host_bound`, `accounting`). On a GPU the pass's Kineto trace (Chrome
-trace JSON) says which call each kernel belongs to (bench.profiling.trace_events): by the launch API call its CUPTI
-correlation id links it to, on whatever thread and whatever launched it (a torch op, autograd's device
-thread, Triton's driver-API launcher, a CuTe DSL launch), else by its own device time. Memsets and copies
-count as kernels: a backward's accumulator memset is part of what a call costs. With `trace_path` the trace
-is kept there (openable in Perfetto's JSON loader or chrome://tracing).
+bench.profiling.later: a torch.profiler session leaves host time on every later call of the process, so nothing is
+timed after one): the case's callable runs `calls` times under `torch.profiler` (CUPTI on a GPU), each call inside a
+`gdpa_bench::call` range and, as the timer does, preceded by the L2 flush inside a `gdpa_bench::l2_flush` range
+(synchronized inside it, so no range's window overlaps the next); uncounted calls in a `gdpa_bench::warm` range come
+first, back to back for `warm_ms` (the profiler's first-call costs, and the clocks a power-capped GPU regains while
+the profiler starts), then calls timed exactly as the samples are (the flush, one event pair per call, no sync
+between calls, chunks as bench.case.timing's) for `window` (`pass_median_ms`, `pass_calls`), each inside a
+`gdpa_bench::pass_call` range (its flush in a `gdpa_bench::timed` one): on a GPU the kernels of those very calls,
+per call, are `pass_sum_ms`, which their event time is judged against (bench.profiling.views: `sum_over_pass`,
+`idle_share`, `host_bound`, `accounting`). Judging the counted calls' sum instead set two windows against each
+other: the H200 gave 1.098 for our long forward and 1.056 for FA4's (2026-12-02). On a GPU the pass's Kineto trace
+(Chrome trace JSON) says which call each kernel belongs to (bench.profiling.trace_events): by the launch API call
+its CUPTI correlation id links it to, on whatever thread and whatever launched it (a torch op, autograd's device
+thread, Triton's driver-API launcher, a CuTe DSL launch), else by its own device time. Memsets and copies count as
+kernels: a backward's accumulator memset is part of what a call costs. With `trace_path` the trace is kept there
+(openable in Perfetto's JSON loader or chrome://tracing).
 
 On a CPU run (the Triton interpreter) the "kernels" are the CPU profiler's ops inside the call ranges,
 each by its self time, plus the time of the call range itself outside any op (`(outside torch ops)`): the
 pipeline is exercised end to end, the figures say nothing about a GPU.
 
-The record (`kernels`, docs/DESIGN.md §6; each key and each column of `rows` a row of results.metrics):
-{source: cuda | cpu, profiled_calls, sum_ms (kernel time per call), n_kernels (launches per call), rows:
-[{name, calls (per call), ms (per call), share, rule (GPU: what placed it)}], unattributed_ms (GPU: device
-time per call no rule placed; ~0), pass_median_ms, pass_calls, trace (the kept trace's path), error}.
-"""
+The record (`kernels`, docs/DESIGN.md §6; each key and each column of `rows` a row of results.metrics): {source:
+cuda | cpu, profiled_calls, sum_ms (kernel time per call), n_kernels (launches per call), rows: [{name, calls (per
+call), ms (per call), share, rule (GPU: what placed it)}], unattributed_ms (GPU: device time per call no rule
+placed; ~0), pass_median_ms, pass_calls, pass_sum_ms (GPU: the kernel time per call of the pass's event-timed
+calls), trace (the kept trace's path), error}."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from bench.case.timing import chunk_size
 from bench.profiling.trace_events import (
     CALL_RANGE,
     FLUSH_RANGE,
+    PASS_CALL_RANGE,
     RANGES,
     TIMED_RANGE,
     WARM_RANGE,
@@ -179,13 +181,15 @@ def device_record(found: Attribution, calls: int, flushed_expected: bool) -> dic
     out = summarize(found.calls, calls, "cuda", found.rule_of)
     # device time no rule placed in a call, a flush or the warm-up: shown, never folded in
     out["unattributed_ms"] = found.unattributed_us / calls / 1e3
+    out["pass_sum_ms"] = found.pass_us / found.pass_ranges / 1e3 if found.pass_ranges else None
     return out
 
 
 def timed_calls(fn, sync, flush, gpu: bool, window: tuple[float, int, int]) -> list[float]:
     """`fn` timed as the samples are (bench.case.timing): GPU, the flush then one event pair per call, no sync
-    between the calls of a chunk; CPU, wall clock per call. Chunks as `chunk_size` sizes them for `window`
-    (ms, min calls, max calls). The times in ms."""
+    between the calls of a chunk, each call in a PASS_CALL_RANGE (its events inside, the range's own host
+    cost outside them) and each flush in a TIMED_RANGE; CPU, wall clock per call. Chunks as `chunk_size`
+    sizes them for `window` (ms, min calls, max calls). The times in ms."""
     ms, lo, hi = window
     times: list[float] = []
     while n := chunk_size(times, ms, lo, hi):
@@ -199,10 +203,12 @@ def timed_calls(fn, sync, flush, gpu: bool, window: tuple[float, int, int]) -> l
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
             if flush is not None:
-                flush.zero_()
-            starts[i].record()
-            fn()
-            ends[i].record()
+                with record_function(TIMED_RANGE):
+                    flush.zero_()
+            with record_function(PASS_CALL_RANGE):
+                starts[i].record()
+                fn()
+                ends[i].record()
         sync()
         times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
     return times
@@ -220,9 +226,8 @@ def _profiled(fn, sync, flush, calls: int, warm_ms: float, activities, window):
                 sync()
                 if (time.perf_counter() - start) * 1e3 >= warm_ms:
                     break
-        with record_function(TIMED_RANGE):
-            times = timed_calls(fn, sync, flush, gpu, window)
-            sync()
+        times = timed_calls(fn, sync, flush, gpu, window)
+        sync()
         for _ in range(calls):
             if flush is not None:
                 with record_function(FLUSH_RANGE):

@@ -29,6 +29,7 @@ from bench.case.faults import is_sticky_cuda_error
 from bench.case.watchdog import RECORDED
 from bench.config.cases import Case
 from bench.profiling.views import CaseProfiling
+from results.figures import judged_kernel_ms
 from results.files import ResultsWriter
 from support.text import one_line
 
@@ -65,7 +66,7 @@ def line(case_id: str, fields: dict) -> str:
         what = f"no breakdown ({k['error']})"
     elif k:
         call = k.get("pass_median_ms")
-        what = f"kernels {k['sum_ms']:.4g} ms" + (f" / call {call:.4g} ms" if call else "")
+        what = f"kernels {judged_kernel_ms(k):.4g} ms" + (f" / call {call:.4g} ms" if call else "")
         what += f" ({k['accounting']})" if k.get("accounting") else ""
     else:
         what = "bands' kernels"

@@ -1,10 +1,11 @@
 """Which profiled call each device activity belongs to, read from the Kineto trace (Chrome trace JSON, what
 `torch.profiler.profile.export_chrome_trace` writes; the format Perfetto and chrome://tracing load).
 
-The breakdown (bench.profiling.breakdown) runs each counted call inside a `gdpa_bench::call` range, each L2
-flush inside a `gdpa_bench::l2_flush` range, the warm-up inside `gdpa_bench::warm` and the pass's event-timed
-calls inside `gdpa_bench::timed`; each range is followed by a synchronize before the next one opens. A
-device activity (a kernel, memset or memcpy) is placed by the first of two rules that applies:
+The breakdown (bench.profiling.breakdown) runs each counted call inside a `gdpa_bench::call` range, each L2 flush
+inside a `gdpa_bench::l2_flush` range, the warm-up inside `gdpa_bench::warm` and the pass's event-timed calls each
+inside a `gdpa_bench::pass_call` range with their flushes in `gdpa_bench::timed` ranges (no synchronize between
+them: they are timed as the samples are); every other range is followed by a synchronize before the next one opens.
+A device activity (a kernel, memset or memcpy) is placed by the first of two rules that applies:
 
 - `launch`: it links by its CUPTI `correlation` id to the runtime or driver API call that enqueued it
   (`cudaLaunchKernel`, `cuLaunchKernel(Ex)`, `cudaMemsetAsync`, ...), on whatever thread, and belongs to
@@ -34,8 +35,9 @@ from typing import Any
 CALL_RANGE = "gdpa_bench::call"
 FLUSH_RANGE = "gdpa_bench::l2_flush"
 WARM_RANGE = "gdpa_bench::warm"
-TIMED_RANGE = "gdpa_bench::timed"  # the pass's own event-timed calls (bench.profiling.breakdown): not counted
-RANGES = (CALL_RANGE, FLUSH_RANGE, WARM_RANGE, TIMED_RANGE)
+TIMED_RANGE = "gdpa_bench::timed"  # the flushes of the pass's event-timed calls (bench.profiling.breakdown)
+PASS_CALL_RANGE = "gdpa_bench::pass_call"  # one event-timed call of the pass: its kernels are `pass_us`
+RANGES = (CALL_RANGE, FLUSH_RANGE, WARM_RANGE, TIMED_RANGE, PASS_CALL_RANGE)
 DEVICE_CATS = frozenset({"kernel", "gpu_memset", "gpu_memcpy", "memset", "memcpy", "concurrent_kernel"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"})
 BY_LAUNCH, BY_DEVICE_TIME = "launch", "device time"
@@ -109,7 +111,12 @@ class Attribution:
     other_us: float = 0.0  # device time of the flush and warm ranges
     unattributed: int = 0
     unattributed_us: float = 0.0
+    pass_us: float = 0.0  # device time of the pass's event-timed calls (the `pass_call` ranges)
     ranges: list[tuple[float, float, str]] = field(default_factory=list)
+
+    @property
+    def pass_ranges(self) -> int:
+        return sum(1 for *_, name in self.ranges if name == PASS_CALL_RANGE)
 
     def rule_of(self, name: str) -> str:
         return "; ".join(r for r in (BY_LAUNCH, BY_DEVICE_TIME) if r in self.rules.get(name, ()))
@@ -136,6 +143,9 @@ def attribute(trace: dict) -> Attribution:
         if where is None:
             out.unattributed += 1
             out.unattributed_us += dur
+            continue
+        if where == PASS_CALL_RANGE:
+            out.pass_us += dur
             continue
         if where != CALL_RANGE:
             out.flushed += where == FLUSH_RANGE

@@ -35,7 +35,7 @@ from bench.profiling.bands import band_kernels, case_bands, kernels_pending
 from bench.profiling.breakdown import PASS_WINDOW, failed, kernel_breakdown, trace_name
 from bench.profiling.counters import for_run
 from kernels.registry import Provider
-from results.figures import accounting, host_bound, idle_share
+from results.figures import accounting, host_bound, idle_share, judged_kernel_ms
 from results.files import ResultsWriter
 from support.text import one_line
 
@@ -119,13 +119,13 @@ class CaseProfiling:
     @staticmethod
     def judge(kernels: dict, rec: dict) -> dict:
         """A GPU breakdown judged (the CPU profiler's ops say nothing about a GPU's idle time): into `kernels`
-        the kernel sum over the pass's own event-timed median (`sum_over_pass`, the same clock and moment:
+        the kernel sum of the pass's event-timed calls over their median (`sum_over_pass`, the same calls:
         what `idle_share`, `accounting` and the case's `host_bound` are read from) and over the case's timed
         median (`sum_over_median`, reported: the samples ran at another moment, under a power cap at another
         clock); the case's fields ({host_bound}) returned."""
         if kernels.get("source") != "cuda" or kernels.get("sum_ms") is None:
             return {}
-        k, call, median = kernels["sum_ms"], kernels.get("pass_median_ms"), rec.get("median_ms")
+        k, call, median = judged_kernel_ms(kernels), kernels.get("pass_median_ms"), rec.get("median_ms")
         idle = idle_share(k, call)
         kernels.update(
             sum_over_pass=k / call if call else None,

@@ -220,7 +220,9 @@ class Runner:
     def too_big(self, case: Case, batch) -> str | None:
         """The `skipped` reason of a case whose working set does not fit in the free memory (bench.config.resources)."""
         shape = Shape.of(case.workload, batch.q_lengths, batch.kv_lengths)
-        need = case_need(shape, case.mode, self.provider(case).scores_memory, self.settings.correctness.enabled)
+        p = self.provider(case)
+        tunes = p.autotune_bytes if self.device.type == "cuda" else 0
+        need = case_need(shape, case.mode, p.scores_memory, self.settings.correctness.enabled, tunes)
         return skip_reason(need, free_bytes(self.device), self.device, "the case beyond its batch")
 
     def run_case(self, case: Case, batch, wstats: dict, flops: float) -> dict:

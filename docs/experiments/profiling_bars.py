@@ -1,7 +1,8 @@
 """Issue 31's bars, read from a run folder: what a configs/production.yaml run must show to close it.
 
 - every ok case has a kernel breakdown without error, with kernels, and its kernel sum against the call timed
-  in the same profiler pass (`kernels.sum_over_pass`, docs/DESIGN.md §5) in [0.95, 1.05] (`accounted`), or
+  in the same profiler pass (`kernels.sum_over_pass`: the kernels of the pass's event-timed calls,
+  `pass_sum_ms`, over their median; docs/DESIGN.md §5) in [0.95, 1.05] (`accounted`), or
   flagged `host_bound` with its CUDA-graph time (`cuda_graph.ms`, or the reason it could not capture), or in
   [0.90, 0.95) on a call of more than one kernel (`launch gaps`: the GPU idles between its kernels); a
   single-kernel call there, and a sum over 1.05, fail. Runs before the pass's own median (no
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.profiling.trace_events import CALL_RANGE, complete_events, host_ranges  # noqa: E402
+from results.figures import judged_kernel_ms  # noqa: E402
 
 RATIO = (0.95, 1.05)
 GAPS = 0.90  # down to here a multi-kernel call's missing share is its launch gaps (below: host-bound)
@@ -40,7 +42,7 @@ def breakdown_bar(c: dict) -> str | None:
     if k.get("error") or not k.get("n_kernels"):
         return f"no breakdown: {k.get('error') or 'no kernels block'}"
     call, what = (k["pass_median_ms"], "pass median") if k.get("pass_median_ms") else (c["median_ms"], "median")
-    ratio = k["sum_ms"] / call
+    ratio = judged_kernel_ms(k) / call
     if RATIO[0] <= ratio <= RATIO[1]:
         return None
     if GAPS <= ratio < RATIO[0] and k["n_kernels"] > 1:

@@ -22,7 +22,7 @@ from kernels.gdpa import backends
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.interface import SUPPORTED_HEAD_DIMS, gdpa
 from kernels.gdpa.options import GDPAOptions
-from kernels.registry import CaseSpec, Provider, register
+from kernels.registry import TRITON_AUTOTUNE_BYTES, CaseSpec, Provider, register
 from workloads.batch import JaggedBatch
 
 
@@ -37,6 +37,7 @@ def _triton_unsupported(batch: JaggedBatch) -> str | None:
 class _GDPAOpProvider(Provider):
     semantics = "gdpa"
     backend: ClassVar[str] = "auto"
+    autotune_bytes = TRITON_AUTOTUNE_BYTES  # the Triton kernels' tiles (auto: its split candidates too)
 
     def __init__(self, options=None):
         super().__init__(options)
@@ -93,3 +94,4 @@ class GDPAHopperProvider(_GDPAOpProvider):
     name = "gdpa_hopper"
     description = "our warp-specialized GDPA kernel for Hopper (kernels/gdpa/hopper)"
     backend = "hopper"
+    autotune_bytes = 0  # compiled tiles, nothing tuned at the call
