@@ -17,6 +17,7 @@ from bench.cli.parser import main
 from bench.profiling import breakdown as bd
 from bench.profiling import trace_events as te
 
+ROOT = Path(__file__).resolve().parents[1]
 MAIN, AUTOGRAD = 100, 200  # thread ids: the calling thread, autograd's device thread
 
 
@@ -235,3 +236,22 @@ def test_profile_trace_as_a_new_run_and_on_a_recorded_one(tmp_path, capsys):
     capsys.readouterr()
     assert main(["profile", str(cfg), "--only", "bwd/", "--band-edges", "8", "--trace"]) == 2
     assert "--band-edges: only with --bands" in capsys.readouterr().err
+
+
+def test_the_committed_h200_trace_opens_as_perfetto_json(tmp_path):
+    """Issue 31's trace from the H200 (docs/example-h200-production: the log-normal 2048 `gdpa` forward,
+    kept gzipped, which Perfetto also opens): the JSON importer's format, its case's profiled call ranges,
+    and every one of its GPU kernels placed in a range (by its launch) or counted as unattributed."""
+    import gzip
+
+    run = ROOT / "docs" / "example-h200-production"
+    cases = [
+        c for c in json.loads((run / "results.json").read_text())["cases"] if (c.get("kernels") or {}).get("trace")
+    ]
+    assert cases, "the committed production run lost its trace"
+    for c in cases:
+        plain = tmp_path / Path(c["kernels"]["trace"]).name
+        plain.write_bytes(gzip.decompress((run / (c["kernels"]["trace"] + ".gz")).read_bytes()))
+        check_perfetto_json(plain, calls=c["kernels"]["profiled_calls"])
+        found = te.attribute(json.loads(plain.read_text()))
+        assert found.calls and found.by_rule[te.BY_LAUNCH] > 0 and found.pass_ranges == c["kernels"]["pass_calls"]

@@ -163,6 +163,7 @@ def test_the_report_says_which_cases_are_host_bound_and_why_bands_are_apart():
 
 def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
     """docs/experiments/profiling_bars.py on a synthetic run: each bar fails where it should, one line each."""
+    import gzip
     import json
     import subprocess
     import sys
@@ -187,8 +188,28 @@ def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
         case("h/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 0.92, "pass_median_ms": 1.0, "accounting": "launch gaps"}),
         case("i/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 0.92, "pass_median_ms": 1.0, "n_kernels": 1}),
         case("j/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 1.0, "pass_median_ms": 0.9}),  # kernels over the call
+        # judged on the pass's own calls' kernels (pass_sum_ms), not the counted calls' (sum_ms 1.1)
+        case("k/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"sum_ms": 1.1, "pass_median_ms": 1.0, "pass_sum_ms": 0.99}),
+        case("l/fwd/L=8/fa4", "fa4", 1.0, 1.1, {"trace": "traces/l.json"}),  # kept gzipped, as committed
+        # flagged host-bound by the profiled pass, but its graph time is its median: the profiler's host time
+        case(
+            "m/fwd/L=8/fa4",
+            "fa4",
+            1.0,
+            1.1,
+            {"sum_ms": 0.7, "idle_share": 0.3},
+            host_bound=True,
+            cuda_graph={"ms": 0.98},
+        ),
+        case(
+            "n/fwd/L=8/fa4", "fa4", 1.0, 1.1, cuda_graph={"ms": None, "error": "cannot be captured: CUDA out of memory"}
+        ),
     ]
     (tmp_path / "results.json").write_text(json.dumps({"cases": cases}))
+    ranges = [{"ph": "X", "cat": "user_annotation", "name": "gdpa_bench::call", "pid": 1, "tid": 1, "ts": 10 * i,
+               "dur": 5} for i in range(3)]  # fmt: skip
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "l.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": ranges}).encode()))
     script = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "profiling_bars.py"
     out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
     lines = out.stdout.strip().splitlines()
@@ -201,9 +222,13 @@ def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
         "e/fwd/L=8/fa4",
         "i/fwd/L=8/fa4",
         "j/fwd/L=8/fa4",
+        "m/fwd/L=8/fa4",
+        "n/fwd/L=8/fa4",
     ]
     assert "p80_ms +8.3%" in lines[0] and "median_ms" not in lines[0] and "no kernel" in lines[1]
     assert "kernel sum / median 0.500" in lines[2]  # a run without the pass's median: judged on the samples'
     assert "kernel sum / pass median 0.920 (launch gaps on a call of one kernel)" in lines[4]
     assert "kernel sum / pass median 1.111" in lines[5]
-    assert lines[-1] == "11 ok cases, 2 host-bound, 1 with launch gaps, 0 traces: 6 bar(s) failed"
+    assert "CUDA-graph time is 0.980 of its median (GPU idle 2.0%; 30.0% in the profiled pass)" in lines[6]
+    assert lines[7].endswith("CUDA-graph capture out of memory")
+    assert lines[-1] == "15 ok cases, 3 host-bound, 1 with launch gaps, 1 traces: 8 bar(s) failed"
