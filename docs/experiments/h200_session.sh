@@ -9,6 +9,10 @@
 #   bash docs/experiments/h200_session.sh start NAME    # production | peers | h200: a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
+# A call carries at most 64 MiB with the tracked tree (~9 MB): .fa4/p2 (38) + .hk (~10) fit, .peers (10) beside
+# them does not. The machine goes back 30 s after a call ends: prepare the next call before this one returns.
+# Order that worked (2026-12-02, 30 min): fa4-1 + `gpu_tests.sh faults`; fa4-2 + `gpu_tests.sh profiling`;
+# `start production` + `wait` (8 min + ncu); `env` + harness / peers groups.
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
 # install.sh (joins the pieces, installs into /tmp/site). Make them here:
@@ -38,7 +42,11 @@ start() {
 
 case $step in
 fa4-1)
-  mkdir -p /tmp/fa4 /tmp/hk && cp -r .fa4/p1/* /tmp/fa4/ && cp -r .hk/. /tmp/hk/
+  mkdir -p /tmp/fa4 /tmp/hk && cp -r .fa4/p1/* /tmp/fa4/
+  [ -d .hk ] && cp -r .hk/. /tmp/hk/
+  # p1's wheels (pydantic among them) now: this call can already run the Triton-only GPU tests
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/fa4/wheels/*.whl
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit,temperature.gpu --format=csv
   shift; run_cmd "$@"
   ;;
