@@ -16,15 +16,16 @@
 # `ptxas-blackwell` is the same file as `ptxas` (same checksum): kept as a link. The AMD backend stays: Triton
 # imports every backend its distributions' entry points name (fbtriton's and the stock build's beside it).
 # Trimmed, `import triton`, TLX and a compile for sm_90 and sm_100 work (`probe`; checked with Python 3.12). Then tar.xz, split
-# into PART_BYTES (40 MB) pieces, one per folder pK, with a MANIFEST (part names in order, sha256 of the
+# into PART_BYTES (52 MB) pieces, one per folder pK, with a MANIFEST (part names in order, sha256 of the
 # whole) in p0. Each pK is one device call's `carry` entry; `install` joins them, checks the sum and unpacks.
-# PART_BYTES=30000000 while the tracked tree is ~30 MB (a part plus the tree must stay under 64 MiB).
+# A part plus the tracked tree (~9 MB) must stay under 64 MiB: with 52 MB the archive is two parts (97 MB in
+# all, 2026-12-02), two device calls.
 set -euo pipefail
 step=${1:?step: parts, install or probe}
 VERSION=${FBTRITON_VERSION:-3.6.1}
 PARTS=${FBTRITON_PARTS:-.fbtriton}
 SITE=${FBTRITON_SITE:-/tmp/fbtriton-site}
-PART_BYTES=${PART_BYTES:-40000000}
+PART_BYTES=${PART_BYTES:-52000000}
 PY=${PYTHON:-python3}
 
 # $1/fbtriton.tar.xz -> $PARTS/pK/fbtriton.tar.xz.KK, their names in order in $1/MANIFEST
