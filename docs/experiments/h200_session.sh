@@ -9,6 +9,8 @@
 #   bash docs/experiments/h200_session.sh start NAME    # production | peers | h200: a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
+# Before the first call, here: `bash docs/experiments/prepare_h200_session.sh [--pending] [--fbtriton]` makes
+# every carried folder below (they do not survive a session).
 # A call carries at most 64 MiB with the tracked tree (~9 MB): .fa4/p2 (38) + .hk (~10) fit, .peers (10) beside
 # them does not. The machine goes back 30 s after a call ends: prepare the next call before this one returns.
 # Order that worked (2026-12-02, 30 min): fa4-1 + `gpu_tests.sh faults`; fa4-2 + `gpu_tests.sh profiling`;
