@@ -6,7 +6,7 @@
 #   bash docs/experiments/h200_session.sh env CMD       # later calls: CMD with FA4 and the kernel directory set
 #   bash docs/experiments/h200_session.sh fbtriton [CMD] # carry .fbtriton/pK, one part per call; the call that
 #                                                        # completes them installs /tmp/fbtriton-site and probes it
-#   bash docs/experiments/h200_session.sh start NAME    # production | peers | h200: a run, detached
+#   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | h200: a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
 # Before the first call, here: `bash docs/experiments/prepare_h200_session.sh [--pending] [--fbtriton]` makes
@@ -76,6 +76,12 @@ start)
     python3 docs/experiments/derive_config.py configs/production.yaml runs/production-fast.yaml $windows \
       "providers=[gdpa, gdpa_triton, gdpa_hopper, fa4]"
     start production-h200 runs/production-fast.yaml
+    ;;
+  production-full)
+    # the configs' own windows (1 s settle, energy loop and samples): issue 31's bar run, ~14 min + compiles + ncu
+    python3 docs/experiments/derive_config.py configs/production.yaml runs/production-full.yaml \
+      "providers=[gdpa, gdpa_triton, gdpa_hopper, fa4]"
+    start production-h200 runs/production-full.yaml
     ;;
   peers)
     python3 docs/experiments/derive_config.py configs/peers-h200.yaml runs/peers-fast.yaml $windows
