@@ -236,8 +236,9 @@ METRICS: tuple[Metric, ...] = (
       "GPU: accounted (the kernels are the call's time) · launch gaps (the GPU idles 5–10% of the call between "
       "its kernels: neither host-bound nor fully accounted) · host-bound · kernels over the call (overlapping "
       "streams, or kernels placed in the wrong call)", kind="text", shown=("kernels",), header="accounting"),
-    Metric("host_bound", "", "breakdown", "kernels.idle_share > 0.1", "the GPU idled more than 10% of the call: "
-      "the host sets its time (null without a GPU breakdown)", kind="flag", shown=("kernels",), header="host-bound"),
+    Metric("host_bound", "", "breakdown", "1 − cuda_graph.ms / median_ms > 0.1, else kernels.idle_share > 0.1",
+      "the GPU idled more than 10% of the call: the host sets its time (null without a GPU breakdown)",
+      kind="flag", shown=("kernels",), header="host-bound"),
     Metric("cuda_graph", "", "graph", "", "the call's device time from CUDA-graph replay beside the event-timed "
       "median (`timing.cuda_graph`; bench.case.graph_timing)", kind="block", optional=True),
     Metric("cuda_graph.ms", "ms", "graph", "(median replay of calls + flushes − of flushes) / calls",

@@ -345,6 +345,77 @@ def test_persistent_forward_releases_q_only_after_the_epilogue_store(tmp_path):
     assert "mbarrier.arrive.shared" not in after_last_store_wait("GRID")
 
 
+_PERSISTENT_BWD_PTX = """
+import os, sys, pathlib
+import cutlass
+from kernels.gdpa.hopper import launch
+plan = launch.backward_plan(128, False, 2048, 2048)
+for ctas in (0, 132):
+    launch._compile_backward(cutlass.BFloat16, 128, 1, "fast_gelu", False, plan, True, True, ctas)
+for ptx in sorted(pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).glob("*.ptx")):
+    print(("PERSISTENT " if "Persistent" in ptx.name else "GRID ") + str(ptx))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn-4 (the fa4 extra)")
+def test_persistent_backward_loads_the_next_key_tile_only_after_the_epilogue_stores(tmp_path):
+    """Cross-compiled for sm_90a (no GPU): in the persistent backward every dK/dV epilogue waits for its TMA
+    stores to have read shared memory (`cp.async.bulk.wait_group.read 0`) and then the MMA threads arrive on
+    barrier KV_FREE (256 MMA threads + the load warp); the load warp syncs on it before it strides by the grid
+    size to its next key tile (whose K and V land where the epilogue staged dK and dV). FA4's one-tile grid has
+    neither."""
+    from kernels.gdpa.hopper.persistent_bwd import KV_FREE
+
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _PERSISTENT_BWD_PTX], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.startswith(("PERSISTENT", "GRID")))
+    lines = [" ".join(ln.split()) for ln in Path(found["PERSISTENT"]).read_text().splitlines()]
+    arrives = [i for i, ln in enumerate(lines) if ln == f"bar.arrive {KV_FREE}, 288;"]
+    syncs = [i for i, ln in enumerate(lines) if ln == f"bar.sync {KV_FREE}, 288;"]
+    assert len(arrives) == 2 and len(syncs) == 1, (arrives, syncs)  # two epilogue call sites, one load warp
+    for i in arrives:
+        waits = [j for j in range(i) if lines[j].startswith("cp.async.bulk.wait_group.read")]
+        assert waits and lines[waits[-1]].endswith("0;") and i - waits[-1] < 4, lines[max(0, i - 6) : i + 1]
+    assert any("%nctaid.x" in ln for ln in lines[syncs[0] : syncs[0] + 4])  # then the stride to the next tile
+    grid = Path(found["GRID"]).read_text()
+    assert f"bar.arrive {KV_FREE}," not in grid and f"{KV_FREE}, 288" not in grid and "%nctaid.x" not in grid
+
+
+@gpu
+@needs_hopper
+def test_persistent_backward_equals_the_one_tile_grid_and_keeps_other_bands(poisoned):
+    """The persistent backward computes what FA4's one-key-tile-per-CTA grid computes over the whole batch and
+    over bands: dK and dV bit for bit (each key tile's are one CTA's, in one order), dQ to fp32 rounding (its
+    tiles reach the accumulator by reduce-adds in another order); a banded launch writes its band's rows only.
+    Also GQA (dK/dV through fp32 reduce-adds) and causal silu, both to fp32 rounding."""
+    from kernels.gdpa.bands import Band
+    from kernels.gdpa.hopper import launch
+
+    rng = np.random.default_rng(3)
+    lengths = np.concatenate([rng.integers(0, 130, 600), rng.integers(500, 1500, 40), [0, 1, 127, 128, 129, 512]])
+    rng.shuffle(lengths)
+    for hkv, act, causal in ((4, "fast_gelu", False), (2, "gelu", False), (4, "silu", True)):
+        batch = _batch(lengths, lengths, 4, hkv, 128, torch.bfloat16, seed=8)
+        call = _batch_call(batch, batch.max_q, batch.max_q, act, 0.8, 1.2, causal)
+        call = call.with_tensors(kv_offsets=call.q_offsets)
+        for band in (Band(), Band(512), Band(0, 128)):
+            outs = []
+            for persistent in (False, True):
+                out = tuple(torch.full_like(t, float("nan")) for t in (batch.q, batch.k, batch.v))
+                outs.append(launch.backward(call, batch.dout, band, out=out, persistent=persistent))
+            rows = torch.repeat_interleave(torch.as_tensor(lengths), torch.as_tensor(lengths)).to(batch.q.device)
+            inside = (rows >= band.lo) & (rows < band.hi_arg)
+            for name, grid, pers in zip(("dq", "dk", "dv"), *outs, strict=True):
+                assert not torch.isnan(pers[inside]).any() and torch.isnan(pers[~inside]).all(), (name, band)
+                if name != "dq" and hkv == 4:
+                    assert torch.equal(grid[inside], pers[inside]), (name, band, act)
+                else:
+                    assert _relerr(pers[inside].float(), grid[inside].float()) <= 1e-2, (name, band, act)
+
+
 @gpu
 @needs_hopper
 def test_persistent_forward_equals_the_one_tile_grid_and_keeps_other_bands(poisoned):
@@ -367,3 +438,35 @@ def test_persistent_forward_equals_the_one_tile_grid_and_keeps_other_bands(poiso
         rows = torch.repeat_interleave(torch.as_tensor(lengths), torch.as_tensor(lengths)).to(grid.device)
         inside = (rows >= band.lo) & (rows < band.hi_arg)
         assert not torch.isnan(persistent[inside]).any() and torch.isnan(persistent[~inside]).all(), band
+
+
+# ------------------------------------------------------------------------------ the backward's accumulators
+def test_a_banded_backward_zeroes_its_sequences_accumulator_tiles_only():
+    """Under Triton's interpreter (CPU, conftest.py): in FA4's padded varlen layout (sequence b from row
+    (offset_b + b·tile) // tile · tile), each band sequence's first ceil(used_b / tile) tiles are zeroed for
+    every head, nothing else is written (a NaN-filled buffer keeps its NaNs there); without a band the whole
+    buffer is zeros."""
+    from kernels.gdpa.hopper import accumulators
+
+    lengths = torch.tensor([0, 5, 64, 65, 130, 3, 0, 200])
+    used = torch.where((lengths >= 5) & (lengths < 131), lengths, 0).to(torch.int32)  # band [5, 131)
+    offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)).to(torch.int32)
+    tile, hdim, heads = 64, 32, 3
+    rows = (int(lengths.sum()) + (len(lengths) + 1) * tile - 1) // tile * tile
+    empty = torch.empty
+
+    def nan_empty(*shape, **kw):
+        return empty(*shape, **kw).fill_(float("nan"))
+
+    accumulators.torch.empty = nan_empty  # on a GPU the memory is what it is; here NaN shows what is written
+    try:
+        got = accumulators.zeros_for_band(heads, rows, hdim, offsets, used, tile, int(lengths.max()))
+    finally:
+        accumulators.torch.empty = empty
+    expect = torch.full((heads, rows * hdim), float("nan"))
+    for b, n in enumerate(used.tolist()):
+        start = (int(offsets[b]) + b * tile) // tile * tile * hdim
+        expect[:, start : start + (n + tile - 1) // tile * tile * hdim] = 0.0
+    assert torch.equal(torch.isnan(got), torch.isnan(expect)) and not got[~torch.isnan(expect)].any()
+    whole = accumulators.zeros_for_band(heads, rows, hdim, offsets, None, tile, int(lengths.max()))
+    assert whole.shape == (heads, rows * hdim) and not whole.any()

@@ -68,6 +68,22 @@ def test_a_gpu_breakdown_is_judged_against_its_own_passs_median(tmp_path):
     assert views.judge(no_pass, {"median_ms": 2.0}) == {"host_bound": None} and no_pass["accounting"] is None
 
 
+def test_host_bound_is_read_from_the_cuda_graph_time_where_the_case_has_one(tmp_path):
+    """The H200's log-normal 2048 `gdpa` forward (2026-12-02): kernels 0.626 ms of a 0.859 ms call under the
+    profiler (27% idle: the pass's verdict, `host-bound`), but its CUDA-graph time 0.597 ms of a 0.609 ms
+    timed median (1.8% idle): not host-bound as users run it. Where the graph time is missing (a capture
+    that failed) the pass decides; the short band's 0.087 ms graph of a 0.25 ms median is host-bound."""
+    model = load_config(cpu_config(tmp_path, "{enabled: true, calls: 1}")).model
+    views = CaseProfiling(model, torch.device("cpu"), timer=None)
+    pass_says = {"source": "cuda", "sum_ms": 0.64, "pass_sum_ms": 0.626, "pass_median_ms": 0.859}
+    rec = {"median_ms": 0.609, "cuda_graph": {"ms": 0.597, "error": None}}
+    assert views.judge(pass_says, rec) == {"host_bound": False} and pass_says["accounting"] == "host-bound"
+    failed = {"median_ms": 0.609, "cuda_graph": {"ms": None, "error": "the call cannot be captured: ..."}}
+    assert views.judge(dict(pass_says), failed) == {"host_bound": True}
+    short = {"source": "cuda", "sum_ms": 0.089, "pass_median_ms": 0.19}
+    assert views.judge(short, {"median_ms": 0.249, "cuda_graph": {"ms": 0.0873}}) == {"host_bound": True}
+
+
 def test_why_the_bands_do_not_sum_to_the_whole_batch():
     assert why_apart(1.05, [], None) is None and why_apart(None, [], None) is None
     short = {"label": "<128", "idle_share": 0.52}

@@ -431,6 +431,26 @@ def test_ncu_missing_or_without_permission_is_skipped_with_why(tmp_path, monkeyp
     assert "ncu (Nsight Compute) not found" in err
 
 
+def test_a_failed_ncu_run_is_recorded_with_its_error_lines():
+    """The H200 run of 2026-12-02 recorded only torch's advice lines for its 8 failed counters cases; the
+    reason now carries the exception (and ncu's own ==ERROR== lines) before the last line."""
+    from bench.profiling.counters import failure_lines
+
+    output = """==PROF== Connected to process 123
+Traceback (most recent call last):
+  File "/x/bench/profiling/counters.py", line 300, in child
+torch.AcceleratorError: CUDA error: an illegal memory access was encountered
+CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+For debugging consider passing CUDA_LAUNCH_BLOCKING=1
+Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
+==ERROR== The application returned an error code (1).
+"""
+    got = failure_lines(output)
+    assert got.startswith("torch.AcceleratorError: CUDA error: an illegal memory access was encountered")
+    assert "==ERROR== The application returned an error code (1)." in got and "CUDA_LAUNCH_BLOCKING" not in got
+    assert failure_lines("just one line\n") == "just one line"
+
+
 def test_counters_on_a_cpu_run_are_skipped_with_why(tmp_path):
     cfg = config(tmp_path, "counters: {only: 'fwd/'}\n")
     out = tmp_path / "run"

@@ -192,6 +192,36 @@ def test_cuda_graph_time_is_the_device_time():
     assert g["ms"] == pytest.approx(k["sum_ms"], rel=0.25)
 
 
+def _fill_the_allocator_cache(d) -> None:
+    """Allocate until the GPU is full, then free it all: the caching allocator keeps the blocks (free to
+    PyTorch's default pool, not to a CUDA graph's private pool), as a sweep's earlier cases leave them."""
+    blocks = []
+    for size in (2**30, 2**28, 2**24):
+        while True:
+            try:
+                blocks.append(torch.empty(size, dtype=torch.uint8, device=d))
+            except torch.OutOfMemoryError:
+                break
+    del blocks
+
+
+def test_a_graph_capture_does_not_run_out_of_the_memory_earlier_cases_cached():
+    """The production run of 2026-12-02 (docs/example-h200-production): every capture after the 40th case
+    ran out of memory with 137 GiB reserved by PyTorch and ~2 GiB allocated: a graph's private pool cannot
+    take the default pool's cached free blocks. With the GPU's memory all cached and free, the capture
+    still succeeds, and what the graphs held goes back to the driver after them."""
+    d = dev()
+    fn = built(provider_here("gdpa_triton"), long_batch(), "fwd")
+    timed = time_cuda(fn, warmup_ms=20, rep_ms=100, device=d)
+    _fill_the_allocator_cache(d)
+    cached = torch.cuda.memory_reserved(d)
+    g = graph_time(fn, d, l2_flush_buffer(d), timed.median_ms)
+    show(test="graph after a full cache", reserved_before=cached, reserved_after=torch.cuda.memory_reserved(d),
+         free_after=torch.cuda.mem_get_info(d)[0], graph=g)  # fmt: skip
+    assert g["error"] is None and g["ms"] > 0, g
+    assert torch.cuda.memory_reserved(d) < 0.5 * cached
+
+
 @pytest.mark.parametrize("name", ["gdpa", "fa4"])
 def test_cuda_graph_capture_failures_are_recorded_and_leave_the_gpu_usable(name):
     """A retained autograd backward (its engine launches onto the forward's stream) may not capture: either
@@ -278,7 +308,10 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
              accounting=k.get("accounting"), host_bound=c["host_bound"], graph=g)  # fmt: skip
         assert k["error"] is None and k["n_kernels"] > 0 and k["pass_calls"] >= 5, (c["id"], k["error"])
         assert k["sum_over_pass"] == pytest.approx(k["pass_sum_ms"] / k["pass_median_ms"])
-        assert (k["accounting"] == "host-bound") == c["host_bound"], c["id"]
+        graph = g.get("ms")  # host_bound: the graph's idle share where it exists, else the pass's verdict
+        expect = (1 - graph / c["median_ms"] > 0.10) if graph is not None else k["accounting"] == "host-bound"
+        assert c["host_bound"] == expect, c["id"]
+        assert bars.host_bound_bar(c) is None and bars.graph_bar(c) is None, c["id"]
         assert bars.breakdown_bar(c) is None, (c["id"], bars.breakdown_bar(c))
         assert bars.trace_bar(run, c) is None, (c["id"], bars.trace_bar(run, c))
     for c in (c for c in ok if c.get("bands")):

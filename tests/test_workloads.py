@@ -654,3 +654,34 @@ def test_a_pairing_rule_is_one_decorated_function(monkeypatch):
     assert pairing.resolve_pairing_params("fixed_kv", {}, 64) == {"kv_len": 64}
     assert pairing.resolve_pairing_params("fixed_kv", {"kv_len": "max_len"}, 64) == {"kv_len": 64}
     assert pairing.resolve_pairing_params("fixed_kv", {"kv_len": 256}, 64) == {"kv_len": 256}
+
+
+def test_a_self_attention_batch_holds_one_offsets_tensor_as_its_callers_pass_it():
+    """A `self` pairing builds its batch with one offsets tensor for queries and keys (what the README tells a
+    self-attention caller of the op to pass; the op decides self-attention by identity, never by reading the
+    GPU), so the op runs its self-attention plans (packed short sequences, band-sized grids) in the harness
+    as for users; other pairings keep two tensors; unequal lengths cannot be self-attention."""
+    import torch
+
+    from bench.config.cases import Workload
+    from kernels.gdpa.call import GDPACall
+    from workloads.batch import make_batch
+
+    def workload(rule, rule_params):
+        return Workload(name="s/L", set="s", max_len=64, sweep={}, B=6, H=2, Hkv=2, D=16, dtype="fp32",
+                        activation="gelu", alpha=1.0, qk_scale=1.0, causal=False, family="uniform_fill",
+                        family_params={"fill": 0.5}, rule=rule, rule_params=rule_params, seed=0,
+                        sort_by_length=False)  # fmt: skip
+
+    def is_self(b):
+        return GDPACall(*b.call_args(), "gelu", 1.0, 1.0, False).self_attention
+
+    b = workload("self", {}).batch("cpu")
+    assert b.q_offsets is b.kv_offsets and is_self(b) and is_self(b.with_grad())
+    cross = workload("fixed_kv", {"kv_len": 32}).batch("cpu")
+    assert cross.q_offsets is not cross.kv_offsets and not is_self(cross)
+    lengths = np.array([3, 0, 7, 128, 5])
+    two = make_batch(lengths, lengths, H=2, D=16, dtype=torch.float32)  # equal lengths, two tensors: not self
+    assert two.q_offsets is not two.kv_offsets and not is_self(two)
+    with pytest.raises(ValueError, match="must be equal"):
+        make_batch(lengths, lengths + 1, H=2, D=16, dtype=torch.float32, self_attention=True)

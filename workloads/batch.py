@@ -114,8 +114,12 @@ def make_batch(
     device: str | torch.device = "cpu",
     seed: int = 0,
     with_dout: bool = True,
+    self_attention: bool = False,
 ) -> JaggedBatch:
-    """Random q/k/v (and dout) for the given per-sequence lengths, generated on `device`."""
+    """Random q/k/v (and dout) for the given per-sequence lengths, generated on `device`. `self_attention`:
+    the keys are the queries' tokens (equal lengths, required), and the batch holds one offsets tensor for
+    both, as a self-attention caller passes it (kernels.gdpa.call.GDPACall.self_attention: the op's packed
+    short sequences and band-sized grids need it)."""
     q_lengths = np.asarray(q_lengths, dtype=np.int64)
     kv_lengths = np.asarray(kv_lengths, dtype=np.int64)
     if q_lengths.shape != kv_lengths.shape or q_lengths.ndim != 1:
@@ -141,7 +145,12 @@ def make_batch(
     if with_dout:
         dout = torch.randn(total_q, H, D, generator=gen, device=device, dtype=torch.float32).to(dtype)
     q_off = torch.from_numpy(_offsets(q_lengths).astype(np.int32)).to(device)
-    kv_off = torch.from_numpy(_offsets(kv_lengths).astype(np.int32)).to(device)
+    if self_attention:
+        if not np.array_equal(np.asarray(q_lengths), np.asarray(kv_lengths)):
+            raise ValueError("self_attention: the query and key lengths must be equal, sequence by sequence")
+        kv_off = q_off
+    else:
+        kv_off = torch.from_numpy(_offsets(kv_lengths).astype(np.int32)).to(device)
     return JaggedBatch(
         q,
         k,

@@ -65,9 +65,11 @@ class Workload:
     def batch(self, device, lengths: tuple[np.ndarray, np.ndarray] | None = None):
         """The jagged batch on `device` (`lengths` when already built, else `self.lengths()`)."""
         q, kv = lengths if lengths is not None else self.lengths()
+        # a `self` pairing is self-attention: one offsets tensor, as its callers pass it (make_batch)
         return make_batch(
-            q, kv, H=self.H, Hkv=self.Hkv, D=self.D, dtype=dtype_of(self.dtype), device=device, seed=self.seed
-        )
+            q, kv, H=self.H, Hkv=self.Hkv, D=self.D, dtype=dtype_of(self.dtype), device=device, seed=self.seed,
+            self_attention=self.rule == "self",
+        )  # fmt: skip
 
     def flops(self, mode: str, lengths: tuple[np.ndarray, np.ndarray]) -> float:
         """The FLOPs of one call in `mode` on these lengths (the peers' convention: results.figures)."""

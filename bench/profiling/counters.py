@@ -244,9 +244,21 @@ def _run_ncu(ncu: str, cmd: list[str], export: Path | None, timeout_s: float) ->
             "(https://developer.nvidia.com/ERR_NVGPUCTRPERM)"
         )
     if proc.returncode != 0:
-        tail = [ln for ln in output.strip().splitlines() if ln.strip()][-3:]
-        return "", f"ncu exit {proc.returncode}: {' | '.join(tail)}"[:400]
+        return "", f"ncu exit {proc.returncode}: {failure_lines(output)}"[:600]
     return proc.stdout, None
+
+
+_ERROR_LINE = re.compile(r"==ERROR==|\b\w*(Error|Exception)\b: |error: ", re.I)
+
+
+def failure_lines(output: str) -> str:
+    """What a failed ncu run said: its error lines (ncu's `==ERROR==`, a Python exception's `...Error: ...`)
+    and its last line, ` | `-joined. The last three lines alone were torch's generic advice after a CUDA error
+    (`CUDA_LAUNCH_BLOCKING=1`, `TORCH_USE_CUDA_DSA`) on all 8 counters cases of the H200 run of 2026-12-02."""
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if _ERROR_LINE.search(ln)]
+    picked = list(dict.fromkeys([*errors[-3:], *lines[-1:]]))
+    return " | ".join(picked)
 
 
 # ------------------------------------------------------------------------------------------- the child

@@ -43,6 +43,7 @@ from flash_attn.cute.named_barrier import NamedBarrierBwd
 from quack import copy_utils, layout_utils
 
 from kernels.gdpa.hopper.activations import Activation
+from kernels.gdpa.hopper.persistent_bwd import PersistentBackwardMixin
 
 
 @dsl_user_op
@@ -319,3 +320,7 @@ class GDPABackwardSm90(FlashAttentionBackwardSm90):
         consumer_state_Q.advance()
         consumer_state_dO.advance()
         return consumer_state_Q, consumer_state_dO
+
+
+class GDPABackwardSm90Persistent(PersistentBackwardMixin, GDPABackwardSm90):
+    """GDPABackwardSm90 for a persistent grid (persistent_bwd.py): several key tiles per CTA."""

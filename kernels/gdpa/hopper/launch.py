@@ -23,7 +23,8 @@ from quack.compile_utils import make_fake_tensor
 from kernels.gdpa.bands import WHOLE, Band, used_lengths
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.hopper import activations
-from kernels.gdpa.hopper.bwd import GDPABackwardSm90
+from kernels.gdpa.hopper.accumulators import zeros_for_band
+from kernels.gdpa.hopper.bwd import GDPABackwardSm90, GDPABackwardSm90Persistent
 from kernels.gdpa.hopper.cache import (
     COMPILE_SECONDS,
     compiled,
@@ -36,6 +37,7 @@ from kernels.gdpa.hopper.device_ops import DEVICE_OPS
 from kernels.gdpa.hopper.fwd import GDPAForwardSm90, GDPAForwardSm90Persistent, scores_object
 from kernels.gdpa.hopper.operands import TORCH_TO_CUTE, as_kernel_operand, cute_dtype, filled
 from kernels.gdpa.hopper.persistent import persistent_scheduler
+from kernels.gdpa.hopper.persistent_bwd import backward_scheduler, persistent_backward_scheduler
 from kernels.gdpa.hopper.scheduler import tile_counts
 from kernels.gdpa.launch import record_name
 
@@ -230,9 +232,29 @@ def hdim_multiple(cfg: BwdConfig) -> int:
 
 
 def _compile_backward(
-    dtype, head_dim: int, groups: int, activation: str, causal: bool, plan: BackwardPlan, hint: bool, banded: bool
+    dtype,
+    head_dim: int,
+    groups: int,
+    activation: str,
+    causal: bool,
+    plan: BackwardPlan,
+    hint: bool,
+    banded: bool,
+    persistent_ctas: int = 0,
 ):
     act = activations.build(activation, DEVICE_OPS)
+    kernel_cls, scheduler = GDPABackwardSm90, None
+    if persistent_ctas:
+        kernel_cls = GDPABackwardSm90Persistent
+        scheduler = persistent_backward_scheduler(persistent_ctas, plan.cfg.num_wg * 128)
+    kernel = kernel_cls(
+        dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
+    )
+    with backward_scheduler(scheduler):
+        return _compile_backward_kernel(kernel, dtype, head_dim, groups, banded, hint)
+
+
+def _compile_backward_kernel(kernel, dtype, head_dim: int, groups: int, banded: bool, hint: bool):
     sym = cute.sym_int
     total_q, total_k, h, b1 = sym(), sym(), sym(), sym()
     h_kv = sym() if groups > 1 else h
@@ -246,9 +268,6 @@ def _compile_backward(
         dk, dv = (make_fake_tensor(Float32, (h_kv, k_accum), divisibility=4) for _ in range(2))
     else:
         dk, dv = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
-    kernel = GDPABackwardSm90(
-        dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
-    )
     return cute.compile(
         kernel,
         q,
@@ -331,23 +350,22 @@ def backward_kernel(
     max_q: int,
     max_kv: int,
     banded: bool = False,
+    persistent_ctas: int = 0,
 ):
-    """(compiled backward main kernel, its plan, its cache key); compiles on first use."""
+    """(compiled backward main kernel, its plan, its cache key); compiles on first use. `persistent_ctas` > 0:
+    a persistent grid of that many CTAs (persistent_bwd.py); 0: FA4's one CTA per key tile."""
     plan, cdtype = backward_plan(head_dim, bool(causal), max_q, max_kv), TORCH_TO_CUTE[dtype]
     hint = batch > SCHEDULER_HINT_MIN_BATCH
     key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded)
-    return (
-        compiled(
-            key, lambda: _compile_backward(cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded)
-        ),
-        plan,
-        key,
-    )
+    key += (("persistent", int(persistent_ctas)),) if persistent_ctas else ()  # FA4's grid keeps its old key
+    args = (cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded, int(persistent_ctas))
+    return compiled(key, lambda: _compile_backward(*args)), plan, key
 
 
-def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
+def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, persistent: bool = True):
     """(dq, dk, dv) like (q, k, v) with the rows of `band`'s sequences written (`out`: the tensors to write
-    into, new when None)."""
+    into, new when None). `persistent`: one CTA per SM walking the band's key tiles (persistent_bwd.py), else
+    FA4's grid of one CTA per key tile."""
     do, q, k, v = (as_kernel_operand(t) for t in (do, call.q, call.k, call.v))
     dq, dk, dv = (_empty_like(t) for t in (q, k, v)) if out is None else out
     alpha, qk_scale = float(call.alpha), float(call.qk_scale)
@@ -363,8 +381,9 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
             dq.zero_(), dk.zero_(), dv.zero_()
         return dq, dk, dv
     banded = not band.whole
+    ctas = sm_count(q.device) if persistent else 0
     fn, plan, key = backward_kernel(
-        q.dtype, head_dim, groups, call.activation, call.causal, batch, int(call.max_q), int(call.max_kv), banded
+        q.dtype, head_dim, groups, call.activation, call.causal, batch, int(call.max_q), int(call.max_kv), banded, ctas
     )
     cfg = plan.cfg
     tile_m, tile_n, mult = cfg.m_block_size, cfg.n_block_size, hdim_multiple(cfg)
@@ -375,15 +394,17 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
     q_offsets, kv_offsets = call.q_offsets, call.kv_offsets
     with torch.cuda.device(q.device):
         used_q, used_k = _band_vectors(call, band)
-        dq_accum = torch.zeros(heads, q_rows * hdim_r, dtype=torch.float32, device=q.device)
+        # zeros over the band's tiles only (accumulators.py): the rest is never written nor read
+        dq_accum = zeros_for_band(heads, q_rows, hdim_r, q_offsets, used_q, tile_m, int(call.max_q))
         # FA4's LSE and dPsum slots (one fp32 per query row, streamed with Q and dO): alpha and qk_scale
         rows_alloc = (heads, _bucket(q_rows))
         alpha_rows = filled(q.device, rows_alloc, alpha)
         qk_rows = filled(q.device, rows_alloc, qk_scale)
         if groups > 1:
             k_rows = _padded_rows(k.shape[0], batch, tile_n)
-            dk_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
-            dv_out = torch.zeros(heads_kv, k_rows * hdim_r, dtype=torch.float32, device=q.device)
+            dk_out, dv_out = (
+                zeros_for_band(heads_kv, k_rows, hdim_r, kv_offsets, used_k, tile_n, int(call.max_kv)) for _ in "kv"
+            )
         else:
             dk_out, dv_out = dk, dv
         cu_blocks_q = tile_counts(q_offsets, tile_m, used=used_q) if hint else None
@@ -454,7 +475,8 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None):
             "tile": [tile_m, tile_n],
             "pointwise": "split" if plan.split else "fused",
             "gqa_accumulators": groups > 1,
-            "scheduler": "FA4 SingleTileVarlenScheduler" + (" + tile-count hint" if hint else ""),
+            "scheduler": (f"persistent, {ctas} CTAs" if ctas else "FA4 one key tile per CTA")
+            + (" + tile-count hint" if hint else ""),
             "band": band.describe(),
             "activation": call.activation,
             "compile_s": COMPILE_SECONDS.get(key, 0.0),

@@ -36,10 +36,12 @@ def prebuild(
     """Compile (or load) every kernel a forward + backward call with these arguments launches (over the
     whole batch, or over one length band when `banded`), without running anything: no GPU needed. The
     forward twice: persistent over `sms` CTAs (the GPU's SM count: 132 on an H100/H200 SXM; what a call
-    launches) and FA4's one-tile grid (what experiments compare it with). Returns the cache keys."""
+    launches) and FA4's one-tile grid (what experiments compare it with); the backward's main kernel the same
+    two ways. Returns the cache keys."""
     keys = [forward_kernel(dtype, head_dim, groups, activation, causal, batch, banded, ctas)[2] for ctas in (sms, 0)]
-    _, plan, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch, max_q, max_kv, banded)
-    keys.append(key)
+    for ctas in (sms, 0):
+        _, plan, key = backward_kernel(dtype, head_dim, groups, activation, causal, batch, max_q, max_kv, banded, ctas)
+        keys.append(key)
     cfg, hint, cdtype, mult = plan.cfg, batch > SCHEDULER_HINT_MIN_BATCH, TORCH_TO_CUTE[dtype], hdim_multiple(plan.cfg)
     posts = [(cfg.m_block_size, 128 if cfg.dQ_single_wg else cfg.num_wg * 128, cfg.AtomLayoutMdQ, cfg.dQ_swapAB)]
     if groups > 1:
