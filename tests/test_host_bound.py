@@ -191,6 +191,8 @@ def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
                 "kernels": k, **extra}  # fmt: skip
 
     auto = {"dispatch": {"fwd": {"backend": "triton"}}}
+    profiled_host_bound = {"pass_median_ms": 0.642, "n_kernels": 1, "accounting": "host-bound"}
+    graph_bound = {"host_bound": False, "cuda_graph": {"ms": 0.371}}
     cases = [
         case("a/fwd/L=8/gdpa", "gdpa", 1.02, 1.30, kernel_config=auto),  # p80 8% over the pinned backend's
         case("a/fwd/L=8/gdpa_triton", "gdpa_triton", 1.0, 1.2),
@@ -222,10 +224,8 @@ def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
         ),
         # host-bound under the profiler only (the H200's short gdpa_hopper backward: 0.580 of its pass): judged on
         # its graph time, the call's device time: 0.372 / 0.371 accounted, 0.30 / 0.371 not
-        case("o/fwd/L=8/fa4", "fa4", 0.38, 0.4, {"sum_ms": 0.372, "pass_median_ms": 0.642, "n_kernels": 1,
-             "accounting": "host-bound"}, host_bound=False, cuda_graph={"ms": 0.371}),  # fmt: skip
-        case("p/fwd/L=8/fa4", "fa4", 0.38, 0.4, {"sum_ms": 0.30, "pass_median_ms": 0.642, "n_kernels": 1,
-             "accounting": "host-bound"}, host_bound=False, cuda_graph={"ms": 0.371}),  # fmt: skip
+        case("o/fwd/L=8/fa4", "fa4", 0.38, 0.4, {**profiled_host_bound, "sum_ms": 0.372}, **graph_bound),
+        case("p/fwd/L=8/fa4", "fa4", 0.38, 0.4, {**profiled_host_bound, "sum_ms": 0.30}, **graph_bound),
     ]
     (tmp_path / "results.json").write_text(json.dumps({"cases": cases}))
     ranges = [{"ph": "X", "cat": "user_annotation", "name": "gdpa_bench::call", "pid": 1, "tid": 1, "ts": 10 * i,

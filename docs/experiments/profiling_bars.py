@@ -7,8 +7,8 @@
   [0.90, 0.95) on a call of more than one kernel (`launch gaps`: the GPU idles between its kernels); a
   single-kernel call there, and a sum over 1.05, fail. A pass that was host-bound under the profiler (its
   own host time per launch: the H200 run of 2026-12-02 at e0f4875 had 11 such GPU-bound calls, 0.52-0.89 of
-  the pass) is judged on kernel sum / CUDA-graph time instead, the call's device time, with the same bars. Runs before the pass's own median (no
-  `pass_median_ms`) are judged on kernel sum / median;
+  the pass) is judged on kernel sum / CUDA-graph time instead, the call's device time, with the same bars.
+  Runs before the pass's own median (no `pass_median_ms`) are judged on kernel sum / median;
 - a case flagged `host_bound` whose CUDA-graph time is within 10% of its median fails (the flag then came from
   the profiler's own host time in the pass, not from the call); a CUDA-graph capture that ran out of memory
   fails (the case fitted to be timed: the memory is the harness's);
