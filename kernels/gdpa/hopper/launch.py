@@ -365,9 +365,7 @@ def backward_kernel(
 def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, persistent: bool = False):
     """(dq, dk, dv) like (q, k, v) with the rows of `band`'s sequences written (`out`: the tensors to write
     into, new when None). `persistent`: one CTA per SM walking the band's key tiles (persistent_bwd.py), else
-    FA4's grid of one CTA per key tile — the default: on the H200 (2026-12-02, PERF.md "The persistent
-    backward") the persistent walk, a static round robin, was 2-7% slower on every band that carries the work
-    (log-normal 2048 [128, inf): 1.621 vs 1.522 ms) and faster only where a band is nearly empty."""
+    FA4's grid of one CTA per key tile: the default (the persistent walk, PERF.md, is slower on the H200)."""
     do, q, k, v = (as_kernel_operand(t) for t in (do, call.q, call.k, call.v))
     dq, dk, dv = (_empty_like(t) for t in (q, k, v)) if out is None else out
     alpha, qk_scale = float(call.alpha), float(call.qk_scale)
