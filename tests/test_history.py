@@ -420,7 +420,8 @@ def test_the_committed_example_history_holds_the_h200_runs():
         for d in ("example-h200", "example-h200-production", "example-h200-peers")
     }
     assert ids <= {e["run_id"] for e in store.runs}
-    assert sorted(e["config_name"] for e in store.runs) == ["h200", "peers-h200", "production", "production", "production"]
+    names = sorted(e["config_name"] for e in store.runs)
+    assert names == ["h200", "peers-h200", "production", "production", "production"]
     assert len(store.frame()) == sum(e["cases"] for e in store.runs)  # every file matches its checksum
     assert (ROOT / "docs" / "example-history" / "history.html").exists()
 
