@@ -69,3 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         sig = entry_signal()
         print(f"interrupted ({sig.name})", file=sys.stderr)
         return sig.exit_code
+    except ImportError:
+        # a signal that lands while an extension module initialises (numpy's, on a loaded CI machine) leaves
+        # its KeyboardInterrupt as "ImportError: initialization failed": the signal's, not a broken install
+        sig = entry_signal()
+        if sig.signum is None:
+            raise
+        print(f"interrupted ({sig.name})", file=sys.stderr)
+        return sig.exit_code
