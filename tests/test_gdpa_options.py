@@ -367,6 +367,13 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
 
         with pytest.raises(RuntimeError, match="illegal memory access"):
             choice.plan_for("fwd", call, options, broken)
+        # a split within SPLIT_MARGIN of the fastest one-backend plan loses to it; further ahead, it wins
+        choice.forget()
+        speed.update({"triton[0, 1024)+hopper[1024, inf)": 0.99, "triton": 1.0})
+        assert [s.backend for s in choice.plan_for("fwd", call, options, run)[0]] == ["triton"]
+        choice.forget()
+        speed["triton[0, 1024)+hopper[1024, inf)"] = 0.97
+        assert [s.backend for s in choice.plan_for("fwd", call, options, run)[0]] == ["triton", "hopper"]
     choice.forget()
 
 

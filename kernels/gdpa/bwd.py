@@ -19,6 +19,7 @@ from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_bwd_scaled
 from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
+from kernels.gdpa.stages import dkdv_step, store_dkdv
 from kernels.gdpa.tiles import triton_config
 
 
@@ -98,22 +99,11 @@ def gdpa_bwd_dkdv_kernel(
             keep = q_ok[None, :] & kv_ok[:, None]
             if CAUSAL:
                 keep = keep & (offs_n[:, None] <= rows[None, :])
-            p_t = tl.where(keep, p_t, 0.0)
-            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-            ds_t = tl.where(keep, dact_t * dp_t, 0.0).to(q.dtype)
-            dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+            dk, dv, _ = dkdv_step(k, v, q, do, p_t, dact_t, keep, dk, dv, PRECISION)
 
     ds_scale = qk_scale * alpha
-    tl.store(
-        DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :],
-        (dk * ds_scale).to(DK.dtype.element_ty),
-        mask=kv_ok[:, None],
-    )
-    tl.store(
-        DV + kv_rows * stride_dvm + hk * stride_dvh + offs_d[None, :],
-        (dv * qk_scale).to(DV.dtype.element_ty),
-        mask=kv_ok[:, None],
+    store_dkdv(
+        DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, qk_scale, stride_dkm, stride_dkh, stride_dvm, stride_dvh
     )
 
 
@@ -224,20 +214,9 @@ def _inputs(call: GDPACall, do, band: Band) -> dict:
     """Arguments the dK/dV and dQ kernels share."""
     q, k, v = call.q, call.k, call.v
     return dict(
-        Q=q,
-        K=k,
-        V=v,
-        DO=do,
+        **launch.operands(q=q, k=k, v=v, do=do),
         q_offsets=call.q_offsets,
         kv_offsets=call.kv_offsets,
-        stride_qm=q.stride(0),
-        stride_qh=q.stride(1),
-        stride_km=k.stride(0),
-        stride_kh=k.stride(1),
-        stride_vm=v.stride(0),
-        stride_vh=v.stride(1),
-        stride_dom=do.stride(0),
-        stride_doh=do.stride(1),
         alpha=call.alpha,
         qk_scale=call.qk_scale,
         **launch.tuning_key(call, band),
@@ -261,16 +240,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, dkdv_tiles=None, dq_tiles=N
     max_q = band.bound(call.max_q, call.self_attention)
     max_kv = band.bound(call.max_kv, call.self_attention)
     if k.shape[0] > 0:
-        args = dict(
-            shared,
-            DK=dk,
-            DV=dv,
-            stride_dkm=dk.stride(0),
-            stride_dkh=dk.stride(1),
-            stride_dvm=dv.stride(0),
-            stride_dvh=dv.stride(1),
-            HKV=call.heads_kv,
-        )
+        args = dict(shared, **launch.operands(dk=dk, dv=dv), HKV=call.heads_kv)
         launch.run(
             gdpa_bwd_dkdv_kernel,
             gdpa_bwd_dkdv_kernel_tuned,
@@ -282,7 +252,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, dkdv_tiles=None, dq_tiles=N
             launch.record_name("dkdv", band),
         )
     if q.shape[0] > 0:
-        args = dict(shared, DQ=dq, stride_dqm=dq.stride(0), stride_dqh=dq.stride(1), H=call.heads)
+        args = dict(shared, **launch.operands(dq=dq), H=call.heads)
         launch.run(
             gdpa_bwd_dq_kernel,
             gdpa_bwd_dq_kernel_tuned,

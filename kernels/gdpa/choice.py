@@ -4,7 +4,8 @@ keeps the fastest for every later call of that class in the process.
 The backends' speed depends on the length distribution, which the host cannot see without reading the
 offsets back: the same max length and batch size can be log-normal (Triton wins) or uniform (Hopper wins),
 and a fixed rule loses up to 25% somewhere. So auto does what Triton's autotuner does for tiles: it times
-each candidate (interleaved, `ROUNDS` times, judged by the median) once per key — the host facts that shape
+each candidate (interleaved, `ROUNDS` times, judged by the median; a plan of several launches must beat the
+fastest one-backend plan by `SPLIT_MARGIN`) once per key — the host facts that shape
 the work (device, dtype, head dim, heads, activation, causal, self-attention, and batch size, total rows and
 max lengths each rounded up to 3 significant bits) — and caches the winner. That first call waits for the
 GPU (a host sync, like the autotuner's); every later call of the key reads nothing back. On a CPU, while a
@@ -19,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from kernels.gdpa.call import GDPACall
-from kernels.gdpa.plan import Stage, candidates, label, reach
+from kernels.gdpa.plan import SPLIT_MARGIN, Stage, candidates, label, reach
 
 _CHOSEN: dict = {}  # key -> (the chosen plan, {label: ms})
 MEASURED_ON = ("cuda",)  # device types whose calls are timed (a test seam: the CPU interpreter times nothing)
@@ -94,6 +95,9 @@ def plan_for(
                 rounds[label(stages)].append(_time_ms(lambda stages=stages: run(stages)))
         times = {name: round(statistics.median(ms), 4) for name, ms in rounds.items()}
         best = min(times, key=times.get)
+        single = min((label(s) for s in found if len(s) == 1), key=times.get, default=None)
+        if single is not None and times[best] > times[single] * (1 - SPLIT_MARGIN):
+            best = single
         chosen = _CHOSEN[k] = (next(s for s in found if label(s) == best), times)
     return chosen
 

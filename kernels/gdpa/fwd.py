@@ -186,20 +186,9 @@ def forward(call: GDPACall, band: Band = WHOLE, tiles=None, out=None, record=Non
         raise ValueError(f"gdpa: fwd_tiles {list(tiles)}: a causal forward needs BLOCK_M to be a multiple of BLOCK_N")
     max_q = band.bound(call.max_q, call.self_attention)
     args = dict(
-        Q=q,
-        K=k,
-        V=v,
-        Out=out,
+        **launch.operands(q=q, k=k, v=v, o=out),
         q_offsets=call.q_offsets,
         kv_offsets=call.kv_offsets,
-        stride_qm=q.stride(0),
-        stride_qh=q.stride(1),
-        stride_km=k.stride(0),
-        stride_kh=k.stride(1),
-        stride_vm=v.stride(0),
-        stride_vh=v.stride(1),
-        stride_om=out.stride(0),
-        stride_oh=out.stride(1),
         alpha=call.alpha,
         qk_scale=call.qk_scale,
         **launch.tuning_key(call, band),

@@ -47,6 +47,22 @@ def record_name(kernel: str, band: Band) -> str:
     return kernel if band.whole else f"{kernel} {band.describe()}"
 
 
+KERNEL_NAMES = {"o": "Out"}  # an operand's argument name in the kernels, where it is not its upper case
+
+
+def operands(**tensors: torch.Tensor) -> dict:
+    """The `[rows, heads, D]` operands as the kernels take them: each under its name with its row and head
+    strides. operands(q=q, do=do) -> {Q: q, stride_qm: q.stride(0), stride_qh: q.stride(1), DO: do, ...}."""
+    args = {}
+    for name, t in tensors.items():
+        args |= {
+            KERNEL_NAMES.get(name, name.upper()): t,
+            f"stride_{name}m": t.stride(0),
+            f"stride_{name}h": t.stride(1),
+        }
+    return args
+
+
 def common_constants(q: torch.Tensor, activation: str, causal: bool) -> dict:
     """Compile-time constants every GDPA kernel takes."""
     return dict(

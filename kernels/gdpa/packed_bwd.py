@@ -21,8 +21,9 @@ import triton.language as tl
 from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_bwd_scaled
 from kernels.gdpa.call import GDPACall
-from kernels.gdpa.packed_fwd import run
-from kernels.gdpa.packed_plan import MAXSEQ, PackPlan, load_pack, partner_ranges
+from kernels.gdpa.packed_fwd import plan_arguments, run
+from kernels.gdpa.packed_plan import PackPlan, load_pack, partner_ranges
+from kernels.gdpa.stages import dkdv_step, store_dkdv
 
 
 @triton.jit
@@ -91,23 +92,12 @@ def _bwd_unit(
             keep = (q_start[:, None] <= offs_m[None, :]) & (offs_m[None, :] < q_end[:, None])
             if CAUSAL:
                 keep = keep & (offs_n[:, None] <= offs_m[None, :])  # a sequence's key rows are its query rows
-            p_t = tl.where(keep, p_t, 0.0)
-            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-            ds_t = tl.where(keep, dact_t * dp_t, 0.0).to(q.dtype)
-            dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+            dk, dv, ds_t = dkdv_step(k, v, q, do, p_t, dact_t, keep, dk, dv, PRECISION)
             dq_t = tl.dot(tl.trans(k), ds_t, input_precision=PRECISION)  # [D, BLOCK_M]: M = D keeps wgmma sizes
             dq_at = (q0 + offs_m)[None, :] * stride_dqm + h * stride_dqh + offs_d[:, None]
             tl.store(DQ + dq_at, (dq_t * ds_scale).to(DQ.dtype.element_ty), mask=q_ok[None, :])
-    tl.store(
-        DK + kv_rows * stride_dkm + hk * stride_dkh + offs_d[None, :],
-        (dk * ds_scale).to(DK.dtype.element_ty),
-        mask=kv_ok[:, None],
-    )
-    tl.store(
-        DV + kv_rows * stride_dvm + hk * stride_dvh + offs_d[None, :],
-        (dv * qk_scale).to(DV.dtype.element_ty),
-        mask=kv_ok[:, None],
+    store_dkdv(
+        DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, qk_scale, stride_dkm, stride_dkh, stride_dvm, stride_dvh
     )
 
 
@@ -245,42 +235,8 @@ def backward(call: GDPACall, do: torch.Tensor, plan: PackPlan, out, record=None,
     """Write the dq, dk, dv rows (`out`) of the plan's sequences (one persistent launch, tiles autotuned)."""
     q, k, v = call.q, call.k, call.v
     dq, dk, dv = out
-    args = dict(
-        Q=q,
-        K=k,
-        V=v,
-        DO=do,
-        DQ=dq,
-        DK=dk,
-        DV=dv,
-        Plan=plan.buffer,
-        Counter=plan.counter,
-        max_packs=plan.max_packs,
-        stride_qm=q.stride(0),
-        stride_qh=q.stride(1),
-        stride_km=k.stride(0),
-        stride_kh=k.stride(1),
-        stride_vm=v.stride(0),
-        stride_vh=v.stride(1),
-        stride_dom=do.stride(0),
-        stride_doh=do.stride(1),
-        stride_dqm=dq.stride(0),
-        stride_dqh=dq.stride(1),
-        stride_dkm=dk.stride(0),
-        stride_dkh=dk.stride(1),
-        stride_dvm=dv.stride(0),
-        stride_dvh=dv.stride(1),
-        alpha=call.alpha,
-        qk_scale=call.qk_scale,
-        rows_q_bucket=triton.next_power_of_2(max(call.rows_q, 16)),
-        band_lo=plan.band.lo,
-        band_hi=plan.band.hi_arg,
-        HKV=call.heads_kv,
-        GROUPS=call.groups,
-        PACK=plan.pack,
-        MAXSEQ=MAXSEQ,
-        **launch.common_constants(q, call.activation, call.causal),
-    )
+    operands = launch.operands(q=q, k=k, v=v, do=do, dq=dq, dk=dk, dv=dv)
+    args = dict(**operands, HKV=call.heads_kv, **plan_arguments(call, plan))
     units = lambda meta: plan.max_packs * call.heads_kv
     run(
         packed_bwd_kernel,

@@ -237,36 +237,28 @@ def run(plain, tuned, args: dict, units, per_sm: int, device, record, name: str,
     record[name] = entry
 
 
-def forward(call: GDPACall, plan: PackPlan, out: torch.Tensor, record=None, name: str = "packed_fwd") -> torch.Tensor:
-    """Write the `out` rows of the plan's sequences (one persistent launch, tiles autotuned)."""
-    q, k, v = call.q, call.k, call.v
-    args = dict(
-        Q=q,
-        K=k,
-        V=v,
-        Out=out,
+def plan_arguments(call: GDPACall, plan: PackPlan) -> dict:
+    """What the packed forward and backward kernels take besides their operands and head count."""
+    return dict(
         Plan=plan.buffer,
         Counter=plan.counter,
         max_packs=plan.max_packs,
-        stride_qm=q.stride(0),
-        stride_qh=q.stride(1),
-        stride_km=k.stride(0),
-        stride_kh=k.stride(1),
-        stride_vm=v.stride(0),
-        stride_vh=v.stride(1),
-        stride_om=out.stride(0),
-        stride_oh=out.stride(1),
         alpha=call.alpha,
         qk_scale=call.qk_scale,
         rows_q_bucket=triton.next_power_of_2(max(call.rows_q, 16)),
         band_lo=plan.band.lo,
         band_hi=plan.band.hi_arg,
-        H=call.heads,
         GROUPS=call.groups,
         PACK=plan.pack,
         MAXSEQ=MAXSEQ,
-        **launch.common_constants(q, call.activation, call.causal),
+        **launch.common_constants(call.q, call.activation, call.causal),
     )
+
+
+def forward(call: GDPACall, plan: PackPlan, out: torch.Tensor, record=None, name: str = "packed_fwd") -> torch.Tensor:
+    """Write the `out` rows of the plan's sequences (one persistent launch, tiles autotuned)."""
+    q, k, v = call.q, call.k, call.v
+    args = dict(**launch.operands(q=q, k=k, v=v, o=out), H=call.heads, **plan_arguments(call, plan))
     units = lambda meta: plan.max_packs * (plan.pack // meta["BLOCK_M"]) * call.heads
     run(
         packed_fwd_kernel,
