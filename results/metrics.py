@@ -248,9 +248,6 @@ METRICS: tuple[Metric, ...] = (
     Metric("cuda_graph.flush_ms", "ms", "graph", "", "the L2 flush per call, subtracted"),
     Metric("cuda_graph.error", "", "graph", "", "null, or why the call could not be captured (its event timing "
       "stands)", kind="text", shown=("kernels",), header="graph error"),
-    Metric("cuda_graph.memory", "", "graph", "", "the caching allocator around the capture: allocated_gib and "
-      "reserved_gib before it, call_peak_gib (one call's peak allocation), reserved_after_gib once its graphs "
-      "are released", kind="block", optional=True),
     Metric("kernels.n_kernels", "launches", "breakdown", "Σ rows.calls", "kernel launches per call", shown=("kernels",),
       header="launches"),
     Metric("kernels_top", "", "frame", "", "the longest kernels by short name and share", kind="text",

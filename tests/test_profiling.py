@@ -451,27 +451,6 @@ Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
     assert failure_lines("just one line\n") == "just one line"
 
 
-def test_an_ncu_child_out_of_memory_says_what_the_sweep_process_held(tmp_path, monkeypatch):
-    """All 8 ncu cases of the H200 production runs of 2026-12-02 failed `CUDA error: out of memory` in ncu's
-    child: the sweep process still held the GPU. Its cache is emptied first and what it still holds is said."""
-    from bench.profiling import counters
-
-    calls = []
-    monkeypatch.setattr(counters, "release_cached_memory", lambda device: calls.append(device) or 96.25)
-    oom = "ncu exit 1: torch.AcceleratorError: CUDA error: out of memory"
-    monkeypatch.setattr(counters, "collect", lambda chosen, *a: {
-        c.id: {"counters": counters.not_run("failed", oom if i == 0 else "another reason")}
-        for i, c in enumerate(chosen)})  # fmt: skip
-    loaded = load_config(config(tmp_path, "counters: {only: '/'}\n"))
-    cases = loaded.cases[:2]  # its fwd and its bwd case
-    records = [{"id": c.id, "status": "ok"} for c in cases]
-    out = counters.for_run(loaded.model, cases, records, torch.device("cuda", 0), tmp_path, lambda *_: None)
-    assert len(calls) == 1 and len(out) == 2
-    reasons = [out[c.id]["counters"]["reason"] for c in cases]
-    assert reasons[0] == oom + " (this process held 96.2 GiB of the GPU when ncu's child started)"
-    assert reasons[1] == "another reason"
-
-
 def test_counters_on_a_cpu_run_are_skipped_with_why(tmp_path):
     cfg = config(tmp_path, "counters: {only: 'fwd/'}\n")
     out = tmp_path / "run"

@@ -26,7 +26,6 @@ import pandas as pd
 import torch
 
 from bench.case.calibrate import calibrate_copy, calibrate_gemm
-from bench.case.device import harness_stream
 from bench.case.faults import ContextLost, is_sticky_cuda_error
 from bench.case.gate import correctness
 from bench.case.power import CasePower
@@ -111,8 +110,6 @@ class Runner:
             "finished_at": None,
             "interrupted": False,
             "harness_error": None,
-            # bench.case.device.harness_stream: every call of a CUDA run
-            "timing_stream": "the harness's own CUDA stream" if self.device.type == "cuda" else None,
             "hardware_target": hw.target,
             "hardware_row": table_row,
             "power_cap_w": hw.power_cap_w,
@@ -352,7 +349,7 @@ class Runner:
             self.say(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
         counts: dict[str, int] = {}
         crash: BaseException | None = None
-        with interrupts(), harness_stream(self.device):
+        with interrupts():
             try:
                 self._start_monitor()
                 self._calibrate()
