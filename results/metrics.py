@@ -92,7 +92,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("drift", "fraction", "timer", "(median of the last tenth − median of the first tenth) / first tenth",
       "did the time move while measured (null under 20 samples; results.drift)"),
     Metric("drift_p", "", "timer", "Mann-Whitney U, first vs last tenth", "the drift's p-value", fmt="sci"),
-    Metric("sm_clock_mhz", "MHz", "monitor", "median SM clock of the sampler's readings during the samples",
+    Metric("sm_clock_mhz", "MHz", "monitor", "median SM clock read between the samples' chunks",
       "the clock the samples ran at (compare normalises by it); null without the monitor"),
     Metric("tflops", "TFLOP/s", "timer", "flops / (median_ms · 1e-3) / 1e12", "achieved rate (results.figures.tflops)",
       shown=("summary", "cases", "bands"), header="TFLOP/s", derive=derived.tflops_column),
@@ -248,6 +248,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("cuda_graph.flush_ms", "ms", "graph", "", "the L2 flush per call, subtracted"),
     Metric("cuda_graph.error", "", "graph", "", "null, or why the call could not be captured (its event timing "
       "stands)", kind="text", shown=("kernels",), header="graph error"),
+    Metric("cuda_graph.memory", "", "graph", "", "the caching allocator around the capture: allocated_gib and "
+      "reserved_gib before it, call_peak_gib (one call's peak allocation), reserved_after_gib once its graphs "
+      "are released", kind="object", optional=True),
     Metric("kernels.n_kernels", "launches", "breakdown", "Σ rows.calls", "kernel launches per call", shown=("kernels",),
       header="launches"),
     Metric("kernels_top", "", "frame", "", "the longest kernels by short name and share", kind="text",

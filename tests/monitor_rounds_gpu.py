@@ -1,7 +1,9 @@
 """Run by tests/test_profiling_gpu.py in a fresh interpreter: our op's forward on the short band (846
-sequences of 1-127 tokens, host-bound) timed in interleaved rounds with no monitor, the sampler process
-and the thread sampler (off, process, thread, off, ...: clocks and temperature drift alike for all three),
-8 rounds of 150 ms each after one discarded round. Prints one JSON line: every round's samples per kind.
+sequences of 1-127 tokens, host-bound) timed in interleaved rounds (off, harness, process, thread, off, ...:
+clocks and temperature drift alike for all): no monitor; the harness's way (bench.case.power.CasePower's
+time_samples with the sampler process paused for the samples, the clock read between their chunks); the
+sampler process running through them; the thread sampler. 8 rounds of 150 ms each after one discarded
+round. Prints one JSON line: every round's samples per kind.
 
 Why a fresh interpreter: a profiler session leaves host time on every later call of its process
 (tests/profiler_after_gpu.py), and the test file runs breakdowns before this; on the H200 (2026-12-02) the
@@ -12,7 +14,9 @@ import json
 import numpy as np
 import torch
 
+from bench.case.power import CasePower
 from bench.case.timing import time_cuda
+from bench.config.models import Power
 from bench.monitor import PowerMonitor, gpu_index_from_device
 from kernels.registry import CaseSpec, get_provider
 from workloads.batch import make_batch
@@ -28,23 +32,30 @@ if not process.available:
     print(json.dumps({"skip": f"no NVML: {process.unavailable_reason}"}))
     raise SystemExit(0)
 thread = PowerMonitor(device_index=gpu_index_from_device(d), period_ms=10.0, sampler="thread")
-samples: dict[str, list[float]] = {"off": [], "process": [], "thread": []}
+samples: dict[str, list[float]] = {"off": [], "harness": [], "process": [], "thread": []}
+clocks: list[float | None] = []
 
 
-def one_round() -> list[float]:
-    return time_cuda(fn, warmup_ms=20, rep_ms=150, device=d).times_ms
+def one_round(between=None) -> list[float]:
+    return time_cuda(fn, warmup_ms=20, rep_ms=150, device=d, between=between).times_ms
 
 
+harness = CasePower(process, Power(), timer=lambda f, between=None: one_round(between), sync=torch.cuda.synchronize)
 try:
     one_round()  # discarded: the first round after the build
     for _ in range(8):
-        for kind, mon in (("off", None), ("process", process), ("thread", thread)):
+        for kind, mon in (("off", None), ("harness", process), ("process", process), ("thread", thread)):
             if mon is not None:
                 mon.start()
-            samples[kind] += one_round()
+            if kind == "harness":
+                times, clock = harness.time_samples(fn)
+                clocks.append(clock)
+            else:
+                times = one_round()
+            samples[kind] += times
             if mon is not None:
                 mon.stop()
-    sampled = {"sampler": process.sampler, "process_samples": len(process)}
+    sampled = {"sampler": process.sampler, "process_samples": len(process), "harness_clocks": clocks}
 finally:
     process.close()
     thread.close()

@@ -155,8 +155,10 @@ def test_cuda_graph_timing_on_a_cpu_run_records_nothing(tmp_path):
     cfg = cpu_config(tmp_path, "{enabled: false}")
     cfg.write_text(cfg.read_text().replace("timing: {", "timing: {cuda_graph: true, "))
     assert main(["run", str(cfg), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
-    cases = json.loads((tmp_path / "run" / "results.json").read_text())["cases"]
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    cases = data["cases"]
     assert all(c["status"] == "ok" and "cuda_graph" not in c and c["host_bound"] is None for c in cases)
+    assert data["meta"]["timing_stream"] is None  # a CPU run has no CUDA stream of its own
 
 
 def test_the_report_says_which_cases_are_host_bound_and_why_bands_are_apart():
@@ -256,3 +258,45 @@ def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
     assert lines[7].endswith("CUDA-graph capture out of memory")
     assert "kernel sum / pass median 0.467, host_bound False" in lines[8]
     assert lines[-1] == "17 ok cases, 3 host-bound, 1 with launch gaps, 1 traces: 9 bar(s) failed"
+
+
+def test_a_failed_capture_says_what_failed_inside_it():
+    """torch.cuda.graph's exit raises `operation failed due to a previous error during capture` when the body
+    failed; the body's own error is its context, and the record names both."""
+    from bench.case.graph_timing import capture_failure
+
+    try:
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore lines")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from None
+    except RuntimeError as plain:
+        assert capture_failure(plain) == f"RuntimeError: {plain}"
+    try:
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore lines")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")  # noqa: B904
+    except RuntimeError as chained:
+        assert capture_failure(chained) == (
+            "RuntimeError: CUDA error: operation failed due to a previous error during capture (raised during: "
+            "RuntimeError: CUDA error: operation not permitted when stream is capturing)"
+        )
+
+
+def test_a_graph_time_with_its_allocator_state_is_a_declared_record():
+    """The H200 production run of 2026-12-02 crashed at its first graph time: `cuda_graph.memory` was declared
+    a block, so the record check refused its keys. The record graph_time writes passes the check and reads
+    back into the cases frame."""
+    from results.frame import cases_frame
+    from results.record import UndeclaredField, check_case_record, new_case_record
+
+    rec = new_case_record(id="s/fwd/L=8/gdpa", provider="gdpa", mode="fwd", status="ok")
+    memory = {"allocated_gib": 1.2, "reserved_gib": 3.4, "call_peak_gib": 0.5, "reserved_after_gib": 1.5}
+    rec["cuda_graph"] = {"ms": 0.1, "calls": 200, "replays": 10, "flush_ms": 0.01, "error": None, "memory": memory}
+    check_case_record(rec)
+    frame = cases_frame([rec])
+    assert frame.loc[0, "cuda_graph.ms"] == 0.1
+    rec["cuda_graph"]["made_up"] = 1
+    with pytest.raises(UndeclaredField, match=r"'cuda_graph\.made_up'"):
+        check_case_record(rec)

@@ -13,6 +13,7 @@ from test_monitor import CONST, FakeClock, make
 from bench import monitor as M
 from bench.case.power import CasePower
 from bench.cli.parser import main
+from bench.config.models import Power
 from bench.monitor.measure import power_of_window
 from reports.power_claims import claims
 from results.power import power_counts, power_flags
@@ -108,16 +109,60 @@ def test_measure_settles_first_and_reads_the_counter_only_in_the_window():
     assert fake.calls["energy"] <= r["n_samples"] + 4
 
 
-def test_clock_of_the_timed_samples_from_the_running_sampler():
+def chunked_timer(chunks: int):
+    """A stand-in for the harness's timer: `chunks` chunks of one call each, `between()` after each."""
+
+    def timer(fn, between=None):
+        for _ in range(chunks):
+            fn()
+            if between is not None:
+                between()
+        return "samples"
+
+    return timer
+
+
+def test_the_timed_samples_run_with_the_sampler_paused_and_read_the_clock_between_chunks():
+    """The default (`power.pause_for_samples`): no sample is taken while a timed call runs, one reading in
+    this process after each chunk gives the clock, and the sampler runs again afterwards."""
     mon, _ = make([CONST], cycle=True)
-    power = CasePower(mon, None, timer=lambda fn: None, sync=lambda: None)
-    assert power.mark() is None and power.clock_since(None) is None  # not sampling: no clock
+    running_in_calls, calls = [], []
+
+    def fn():
+        running_in_calls.append(mon.running)
+        t0 = time.monotonic()
+        time.sleep(0.03)  # three sampling periods of the stand-in monitor
+        calls.append((t0, time.monotonic()))
+
+    power = CasePower(mon, Power(), timer=chunked_timer(3), sync=lambda: None)
+    assert power.time_samples(fn) == ("samples", None)  # not sampling: no clock
     mon.start()
     try:
-        mark = power.mark()
-        time.sleep(0.05)
-        assert power.clock_since(mark) == 1755.0
-        assert power.clock_since(len(mon)) == 1755.0  # an empty window takes one reading
+        before, calls[:] = len(mon), []
+        assert power.time_samples(fn) == ("samples", 1755.0)
+        assert running_in_calls[3:] == [False] * 3 and mon.running
+        taken = mon.window(before)["times_s"]
+        assert sum(t > b for t in taken for _, b in calls[:1]) >= 3  # the three readings between chunks
+        assert not any(a <= t <= b for t in taken for a, b in calls)  # none while a timed call ran
+    finally:
+        mon.stop()
+
+
+def test_with_pause_for_samples_off_the_sampler_runs_through_the_samples():
+    mon, _ = make([CONST], cycle=True)
+    running_in_calls = []
+
+    def fn():
+        running_in_calls.append(mon.running)
+        time.sleep(0.03)
+
+    power = CasePower(mon, Power(pause_for_samples=False), timer=chunked_timer(2), sync=lambda: None)
+    mon.start()
+    try:
+        assert power.time_samples(fn) == ("samples", 1755.0)
+        assert running_in_calls == [True, True]
+        quick = CasePower(mon, Power(pause_for_samples=False), timer=lambda fn, between=None: "s", sync=lambda: None)
+        assert quick.time_samples(fn) == ("s", 1755.0)  # a window with no sample of its own takes one reading
     finally:
         mon.stop()
 

@@ -286,8 +286,12 @@ def test_energy_loop_before_or_after_the_samples(tmp_path, first):
     runner = Runner(cfg, tmp_path / "run", torch.device("cpu"), progress=False, log=lambda *_: None)
     events = []
     timed = runner.time
-    runner.power = CasePower(_OrderMonitor(events), cfg.model.power, timed, lambda: None)
-    runner.time = lambda fn: (events.append("samples"), timed(fn))[1]
+
+    def recorded(fn, between=None):
+        events.append("samples")
+        return timed(fn, between)
+
+    runner.power = CasePower(_OrderMonitor(events), cfg.model.power, recorded, lambda: None)
     case = cfg.cases[0]
     q_len, kv_len, wstats = runner.build_workload(case.workload)
     batch = make_batch(q_len, kv_len, H=2, Hkv=2, D=16, dtype=torch.float32, device=torch.device("cpu"), seed=0)

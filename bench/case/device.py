@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -48,3 +49,16 @@ def resolve_device(cfg_device: str, index: int | None = None) -> torch.device:
     idx = torch.cuda.current_device() if index is None else index
     torch.cuda.set_device(idx)
     return torch.device("cuda", idx)
+
+
+@contextlib.contextmanager
+def harness_stream(device: torch.device):
+    """Every call of a CUDA run on one stream of the harness's own instead of the legacy default stream. A
+    kept forward's backward runs on the forward's stream, and CUDA graphs cannot capture work on the legacy
+    default stream: on it each process's first backward capture failed (the H200, 2026-12-02). Kernels run
+    on it as on any stream; the run records it (`timing_stream`)."""
+    if device.type != "cuda":
+        yield
+        return
+    with torch.cuda.stream(torch.cuda.Stream(device)):
+        yield

@@ -75,7 +75,11 @@ def time_cuda(
     max_reps: int = 2000,
     flush_l2: bool = True,
     device: torch.device | None = None,
+    between: Callable[[], object] | None = None,
 ) -> Samples:
+    """The samples of `fn` (each between a pair of events, the L2 flushed before it), taken in chunks that each
+    end with a device sync; `between()` runs after each chunk's sync, outside every timed call (the harness
+    reads the GPU's clock there: bench.case.power.CasePower.time_samples)."""
     device = device or torch.device("cuda", torch.cuda.current_device())
     flush = l2_flush_buffer(device) if flush_l2 else None
     call = fn
@@ -105,6 +109,8 @@ def time_cuda(
             ends[i].record()
         torch.cuda.synchronize(device)
         times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+        if between is not None:
+            between()
     return Samples.of(times)
 
 
@@ -120,13 +126,16 @@ def time_cpu(
     return Samples.of(times)
 
 
-def time_call(fn: Callable[[], object], timing, device: torch.device) -> Samples:
-    """Time `fn` on `device` as a config's `timing` section says (GPU: `time_cuda`, else `time_cpu`)."""
+def time_call(
+    fn: Callable[[], object], timing, device: torch.device, between: Callable[[], object] | None = None
+) -> Samples:
+    """Time `fn` on `device` as a config's `timing` section says (GPU: `time_cuda`, else `time_cpu`, which has
+    no chunks to run `between` after)."""
     t = timing
     window = dict(warmup_ms=t.warmup_ms, rep_ms=t.rep_ms, min_reps=t.min_reps, max_reps=t.max_reps)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            return time_cuda(fn, **window, flush_l2=t.flush_l2, device=device)
+            return time_cuda(fn, **window, flush_l2=t.flush_l2, device=device, between=between)
     return time_cpu(fn, **window)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bench.case.device import check_device_option, resolve_device
+from bench.case.device import check_device_option, harness_stream, resolve_device
 from bench.case.faults import is_sticky_cuda_error
 from bench.case.timing import time_call
 from bench.config.models import default_run_dir
@@ -129,7 +129,7 @@ def profile_views(cfg, cases, a) -> int:
             drawn = render(out)
         print(f"stored in {out / 'results.json'}")
         return 0 if drawn else 1
-    with run_folder_lock(run_dir, "--run"):
+    with run_folder_lock(run_dir, "--run"), harness_stream(device):  # as the run's cases were timed
         code = _add_bands(cfg, cases, run_dir, edges, device) if a.bands else 0
         if traced is not None and code == 0:
             model = cfg.model.model_copy(update={"breakdown": traced})

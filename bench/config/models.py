@@ -132,6 +132,10 @@ class Power(_Strict):
     # The energy loop before the timed samples instead of after: the samples then start in the
     # power-capped steady state rather than in whatever state the previous case left (docs/DESIGN.md §5).
     energy_loop_first: bool = False
+    # The sampler paused while a case's timed samples run, the GPU read once after each chunk of them,
+    # outside every timed call: sampling through them moved a host-bound call's p50 by 13% even from a
+    # process of its own (the H200, 2026-12-02; docs/DESIGN.md §5). False: sample through them.
+    pause_for_samples: bool = True
     # case ids matching this regex are timed twice, with and without the sampling thread, to measure
     # what monitoring costs
     overhead_check: str | None = None

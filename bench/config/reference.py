@@ -130,6 +130,12 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
     "power.energy_loop_s": ("Seconds of back-to-back calls whose energy is measured (0: off).", 1.0, ""),
     "power.settle_s": ("Seconds the case runs before the energy window opens (uncounted).", 1.0, ""),
     "power.energy_loop_first": ("Run the energy loop before the timed samples instead of after.", False, ""),
+    "power.pause_for_samples": (
+        "Pause the sampler while the timed samples run, reading the clock between their chunks (false: sample "
+        "through them).",
+        True,
+        "",
+    ),
     "power.overhead_check": (
         "Case ids matching this regex are timed again with the sampler off.",
         "fwd/L=256/",

@@ -219,7 +219,23 @@ def for_run(model, cases: list[Case], records: list[dict], device: torch.device,
     keep = run_dir / "ncu" if model.counters.keep else None
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-    return collect(chosen, device.index, keep, model.counters.timeout_s)
+    held = release_cached_memory(device)
+    out = collect(chosen, device.index, keep, model.counters.timeout_s)
+    for fields in out.values():
+        rec = fields["counters"]
+        if rec.get("status") == "failed" and "out of memory" in (rec.get("reason") or ""):
+            # all 8 ncu cases of the H200 production runs of 2026-12-02: the child's GPU memory was the sweep's
+            rec["reason"] = f"{rec['reason']} (this process held {held:.1f} GiB of the GPU when ncu's child started)"
+    return out
+
+
+def release_cached_memory(device: torch.device) -> float:
+    """Give the caching allocator's free blocks back to the driver before a child process needs the GPU; the
+    GiB this process still reserves after it."""
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device) / float(1 << 30)
 
 
 def _run_ncu(ncu: str, cmd: list[str], export: Path | None, timeout_s: float) -> tuple[str, str | None]:

@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from bench.case.calibrate import calibrate_copy, calibrate_gemm
+from bench.case.device import harness_stream
 from bench.case.faults import ContextLost, is_sticky_cuda_error
 from bench.case.gate import correctness
 from bench.case.power import CasePower
@@ -110,6 +111,8 @@ class Runner:
             "finished_at": None,
             "interrupted": False,
             "harness_error": None,
+            # bench.case.device.harness_stream: every call of a CUDA run
+            "timing_stream": "the harness's own CUDA stream" if self.device.type == "cuda" else None,
             "hardware_target": hw.target,
             "hardware_row": table_row,
             "power_cap_w": hw.power_cap_w,
@@ -214,8 +217,8 @@ class Runner:
             environment=environments.record(case.provider.environment),
         )
 
-    def time(self, fn) -> Samples:
-        return time_call(fn, self.settings.timing, self.device)
+    def time(self, fn, between=None) -> Samples:
+        return time_call(fn, self.settings.timing, self.device, between)
 
     def too_big(self, case: Case, batch) -> str | None:
         """The `skipped` reason of a case whose working set does not fit in the free memory (bench.config.resources)."""
@@ -269,12 +272,11 @@ class Runner:
             self.power.before_samples(case, rec, fn, flops)
             meta = self.writer.meta
             peak = (meta.get("peak_tflops") or {}).get(case.workload.dtype)
-            mark = self.power.mark()
             self.phase(case.id, "samples")
-            samples = self.time(fn)
+            samples, clock = self.power.time_samples(fn)
             rec.update(
                 timing_fields(samples, flops, peak, meta.get("measured_gemm_tflops")),
-                sm_clock_mhz=self.power.clock_since(mark),
+                sm_clock_mhz=clock,
                 status="ok",
             )
             self.phase(case.id, "power")
@@ -349,7 +351,7 @@ class Runner:
             self.say(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
         counts: dict[str, int] = {}
         crash: BaseException | None = None
-        with interrupts():
+        with interrupts(), harness_stream(self.device):
             try:
                 self._start_monitor()
                 self._calibrate()

@@ -163,20 +163,23 @@ class GeluTanh(Activation):
         return s * t + s
 
     def backward_setup(self, alpha):
+        # act'(x) = 0.5(1+t) + 0.5x(1-t^2)(K0 + 3 K1 x^2) = 0.5(1+t) + (1-t^2) s (hK0 + hca s^2), with
+        # h = alpha/2 and ca = 3 K1 alpha^2 folded per row: 5 FP32 ops per score, not 6 (issue 30)
         a1, a3 = self.forward_setup(alpha)[0]
-        return (a1, a3, alpha * alpha * (3.0 * GELU_K1), alpha * 0.5)
+        h = alpha * 0.5
+        return (a1, a3, h * (alpha * alpha * (3.0 * GELU_K1)), h * SQRT_2_OVER_PI, h)
 
     def backward_row(self, k, qk):
-        # h = alpha/2 (0.5*x = h*s), hq = qk*alpha/2 (P = hq*s*(1+t))
-        return (k[0], k[1], k[2], k[3], k[3] * qk)
+        # hq = qk*alpha/2 (P = hq*s*(1+t))
+        return (k[0], k[1], k[2], k[3], k[4] * qk)
 
     def backward(self, s, r):
-        a1, a3, ca, h, hq = r
+        a1, a3, hca, hk0, hq = r
         s2 = s * s
         t = self._tanh(s * (s2 * a3 + a1))
         hsq = hq * s
-        # act'(x) = 0.5(1+t) + 0.5x(1-t^2)(K0 + 3 K1 x^2)
-        return hsq * t + hsq, ((h * s) * (1.0 - t * t)) * (s2 * ca + SQRT_2_OVER_PI) + (t * 0.5 + 0.5)
+        # (1-t^2)*s first: at the masked floor (s = -1e15) it is 0 while s*(hk0 + hca*s^2) overflows to inf
+        return hsq * t + hsq, ((1.0 - t * t) * s) * (s2 * hca + hk0) + (t * 0.5 + 0.5)
 
 
 class FastGelu(GeluTanh):
