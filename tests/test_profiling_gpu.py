@@ -344,7 +344,9 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
     cfg = {
         "name": "issue31",
         "device": "cuda",
-        "providers": ["gdpa", "gdpa_triton", "gdpa_hopper", "fa4"],
+        # gdpa_packed: auto ran the packed backend on the short backward on the H200 (2026-12-03), and its
+        # pinned twin must be in the run for the same-kernel check below
+        "providers": ["gdpa", "gdpa_triton", "gdpa_hopper", PACKED, "fa4"],
         "modes": ["fwd", "bwd"],
         "timing": {"warmup_ms": 50, "rep_ms": 300, "cuda_graph": True},
         "power": {"enabled": True, "energy_loop_s": 0.3, "settle_s": 0.2},
@@ -388,6 +390,7 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
         assert None not in graphs and graphs[0] == pytest.approx(graphs[1], rel=0.03), (c["id"], graphs)
 
 
+PACKED = {"name": "gdpa", "label": "gdpa_packed", "options": {"backend": "packed"}}
 LONG = {"name": "long", "B": 64, "H": 4, "D": 128, "dtype": "bf16", "max_len": 2048,
         "lengths": {"family": "uniform_fill", "fill": 0.75}}  # 1024-2048 tokens: GPU-bound  # fmt: skip
 SHORT = {"name": "short", "B": 846, "H": 4, "D": 128, "dtype": "bf16", "max_len": 127,
