@@ -408,6 +408,7 @@ def test_provider_pins_tiles_from_its_options():
         "dq_tiles": [16, 32, 2, 1],
         "fwd_plan": None,
         "bwd_plan": None,
+        "concurrent_stages": True,
     }
     b = make_batch([5, 40], [7, 20], H=2, D=16, dtype=torch.float32, seed=0)
     provider.build(b, CaseSpec(), "fwd_bwd")()

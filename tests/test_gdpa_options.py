@@ -62,6 +62,7 @@ def test_options_default_and_round_trip():
         "dq_tiles": [64, 32, 4, 3],
         "fwd_plan": None,
         "bwd_plan": None,
+        "concurrent_stages": True,
     }
     opts = GDPAOptions.from_dict(d)
     assert opts.fwd_tiles == (128, 32, 8, 3, 128) and opts.to_dict() == d
@@ -73,6 +74,7 @@ def test_options_default_and_round_trip():
         "dq_tiles": None,
         "fwd_plan": None,
         "bwd_plan": None,
+        "concurrent_stages": True,
     }
     planned = GDPAOptions.from_dict({"fwd_plan": [["triton", 0, 128], {"backend": "hopper", "lo": 128}]})
     assert planned.fwd_plan == (("triton", 0, 128), ("hopper", 128, None))
@@ -87,9 +89,11 @@ def test_options_default_and_round_trip():
     [
         (
             {"fwd_tile": [64, 32, 4, 1]},
-            "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles, fwd_plan, bwd_plan",
+            "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles, fwd_plan, bwd_plan, "
+            "concurrent_stages",
         ),
         ({"backend": "cuda"}, "backend: expected one of auto, packed, hopper, triton, got 'cuda'"),
+        ({"concurrent_stages": "yes"}, "concurrent_stages: expected true or false, got 'yes'"),
         (
             {"fwd_tiles": [128, 64, 8]},
             "fwd_tiles: expected [BLOCK_M, BLOCK_N, num_warps, num_stages(, maxnreg)] integers, got [128, 64, 8]",

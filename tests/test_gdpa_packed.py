@@ -315,3 +315,109 @@ def test_gpu_packed_call_never_syncs(one_config):
         call()
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+# ------------------------------------------------------------------------ a split plan's stages at once
+def test_a_split_plans_stages_run_at_once_heaviest_first_into_one_set_of_outputs(small_packs, monkeypatch):
+    """kernels/gdpa/concurrent.py: with `concurrent_stages` (the default) a plan of several launches makes its
+    outputs once and hands every stage the same ones, the top band first (on the GPU each on a stream of its
+    own). Here the streams are stood in for by running the launches in the order given: the stages then run
+    against band order into NaN-poisoned outputs, and every row must still be written by exactly its stage."""
+    from kernels.gdpa import concurrent
+
+    runs = []
+
+    def in_given_order(device, launches):
+        runs.append(len(launches))
+        los = [launch.args[3].band.lo for launch in launches]  # partial(_stage, mode, call, options, stage, ...)
+        assert los == sorted(los, reverse=True), los  # the top band first
+        for launch in launches:
+            launch()
+
+    monkeypatch.setattr(concurrent, "applies", lambda device: True)
+    monkeypatch.setattr(concurrent, "run_concurrently", in_given_order)
+    fwd_plan = [["packed", 0, 8], ["triton", 8, None]]
+    bwd_plan = [["triton", 0, 3], ["packed", 3, 12], ["triton", 12, None]]
+    record = {}
+    errs = compare(EDGES, causal=True, options=GDPAOptions(fwd_plan=fwd_plan, bwd_plan=bwd_plan), record=record)
+    assert max(errs) < 1e-5, errs
+    assert runs == [2, 3]  # the forward's two stages, the backward's three, each pass at once
+    one_after_another = GDPAOptions(fwd_plan=fwd_plan, bwd_plan=bwd_plan, concurrent_stages=False)
+    assert compare(EDGES, causal=True, options=one_after_another) == pytest.approx(errs, abs=1e-9)
+    assert runs == [2, 3]  # concurrent_stages=False: in band order on the caller's stream
+
+
+def test_the_stages_fork_from_and_join_back_to_the_callers_stream(monkeypatch):
+    """The stream protocol of run_concurrently, with stand-in streams: every side stream waits for the
+    caller's before its stage is enqueued on it, the last stage runs on the caller's stream, and the caller's
+    stream waits for every side stream before the call returns."""
+    from kernels.gdpa import concurrent
+
+    log = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_stream(self, other):
+            log.append(f"{self.name} waits {other.name}")
+
+    main, current = Stream("main"), []
+    monkeypatch.setattr(concurrent.torch.cuda, "current_stream", lambda device=None: current[-1] if current else main)
+
+    @contextlib.contextmanager
+    def on(stream):
+        current.append(stream)
+        yield
+        current.pop()
+
+    monkeypatch.setattr(concurrent.torch.cuda, "stream", on)
+    monkeypatch.setattr(concurrent, "_SIDE", {0: [Stream("side0"), Stream("side1")]})
+    stage = lambda name: lambda: log.append(f"{name} on {concurrent.torch.cuda.current_stream().name}")
+    concurrent.run_concurrently(torch.device("cuda", 0), [stage("top"), stage("middle"), stage("short")])
+    assert log == [
+        "side0 waits main", "top on side0", "side1 waits main", "middle on side1", "short on main",
+        "main waits side0", "main waits side1",
+    ]  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_gpu_a_split_plan_at_once_equals_it_in_order_and_captures_in_a_graph():
+    """configs/production.yaml's log-normal 2048 batch, bf16, under the split plans auto chose on the H200
+    (Triton below 1024, Hopper above; packed below 128 where Hopper is not installed): the stages at once
+    (the default) give the forward bit for bit and the gradients within bf16 rounding (dQ's atomics) of the
+    stages in order; the concurrent forward captured in a CUDA graph (side streams forked from and joined to
+    the capturing stream) replays to the same output. The two timings are printed for the record."""
+    from triton.testing import do_bench
+
+    from workloads.pairing import build_lengths
+
+    q_len, _ = build_lengths("lognormal", {"preset": "ml-20m"}, "self", {}, batch_size=1152, max_len=2048, seed=0)
+    b = make_batch(q_len, q_len, H=4, D=128, dtype=torch.bfloat16, device="cuda", seed=0).with_grad()
+    top = "hopper" if backends.module("hopper").unavailable(torch.device("cuda")) is None else "triton"
+    low = "triton" if top == "hopper" else "packed"
+    split = [[low, 0, 1024 if top == "hopper" else 128], [top, 1024 if top == "hopper" else 128, None]]
+    runs = {}
+    for name, at_once in (("at once", True), ("in order", False)):
+        options = GDPAOptions(fwd_plan=split, bwd_plan=split, concurrent_stages=at_once)
+
+        def fwd(options=options):
+            with torch.no_grad():
+                return gdpa(b.q, b.k, b.v, b.q_offsets, b.q_offsets, b.max_q, b.max_kv, options=options)
+
+        out = gdpa(b.q, b.k, b.v, b.q_offsets, b.q_offsets, b.max_q, b.max_kv, options=options)
+        grads = torch.autograd.grad(out, (b.q, b.k, b.v), b.dout)
+        runs[name] = (out.detach(), grads, fwd, do_bench(fwd, warmup=25, rep=200))
+    print({"plan": split, "fwd ms": {name: round(r[3], 4) for name, r in runs.items()}})
+    (out, grads, fwd, _), (ref_out, ref_grads, _, _) = runs["at once"], runs["in order"]
+    assert torch.equal(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert rel(g, r) < 3e-3, rel(g, r)
+    fwd()
+    torch.cuda.synchronize()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = fwd()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, ref_out)

@@ -12,13 +12,14 @@ launches, each one backend of backends.py over one length band); tiles, backend 
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 from typing import NoReturn
 
 import torch
 
 from kernels.activations import ACTIVATION_NAMES
-from kernels.gdpa import backends, choice, plan
+from kernels.gdpa import backends, choice, concurrent, launch, plan
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.options import GDPAOptions
 
@@ -37,16 +38,27 @@ def _on_device_of(t: torch.Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+def _stage(mode: str, call: GDPACall, options: GDPAOptions, stage, record: dict | None, do, out):
+    backend = backends.module(stage.backend)
+    if mode == "fwd":
+        return backend.forward(call, stage.band, options, out=out, record=record)
+    return backend.backward(call, do, stage.band, options, out=out, record=record)
+
+
 def _launch(mode: str, call: GDPACall, options: GDPAOptions, stages, record: dict | None, do=None):
-    result = None
     with _on_device_of(call.q):
-        for stage in stages:
-            backend = backends.module(stage.backend)
-            if mode == "fwd":
-                result = backend.forward(call, stage.band, options, out=result, record=record)
-            else:
-                result = backend.backward(call, do, stage.band, options, out=result, record=record)
-    return result
+        if len(stages) == 1 or not options.concurrent_stages or not concurrent.applies(call.q.device):
+            result = None
+            for stage in stages:
+                result = _stage(mode, call, options, stage, record, do, result)
+            return result
+        # every stage writes its band's rows of one set of outputs, made here: concurrent.py
+        out = launch.new_output(call.q) if mode == "fwd" else tuple(map(launch.new_output, (call.q, call.k, call.v)))
+        heaviest_first = [  # the top band holds the longest sequences: the most work per sequence
+            functools.partial(_stage, mode, call, options, stage, record, do, out) for stage in reversed(stages)
+        ]
+        concurrent.run_concurrently(call.q.device, heaviest_first)
+        return out
 
 
 def run_pass(mode: str, call: GDPACall, options: GDPAOptions, record: dict | None, do=None):

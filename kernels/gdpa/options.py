@@ -68,7 +68,9 @@ class GDPAOptions:
     fwd_tiles / dkdv_tiles / dq_tiles: pinned tiles of the Triton forward, dK/dV and dQ kernels; None
     autotunes. A causal forward needs BLOCK_M to be a multiple of BLOCK_N (checked at the call).
     fwd_plan / bwd_plan: pin the launches of a pass, [[backend, lo, hi], ...] over bands of min(Lq, Lk)
-    that partition [0, inf) (plan.py); None lets `backend` decide."""
+    that partition [0, inf) (plan.py); None lets `backend` decide.
+    concurrent_stages: a plan of several launches runs them at once, each on a CUDA stream of its own joined
+    back to the caller's (concurrent.py: their tails overlap); False: one after the other on the caller's."""
 
     backend: str = "auto"
     fwd_tiles: Tiles | None = None
@@ -76,8 +78,11 @@ class GDPAOptions:
     dq_tiles: Tiles | None = None
     fwd_plan: tuple | None = None
     bwd_plan: tuple | None = None
+    concurrent_stages: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.concurrent_stages, bool):
+            raise ValueError(f"concurrent_stages: expected true or false, got {self.concurrent_stages!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
         for name in TILE_OPTIONS:
