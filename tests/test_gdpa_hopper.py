@@ -470,3 +470,34 @@ def test_a_banded_backward_zeroes_its_sequences_accumulator_tiles_only():
     assert torch.equal(torch.isnan(got), torch.isnan(expect)) and not got[~torch.isnan(expect)].any()
     whole = accumulators.zeros_for_band(heads, rows, hdim, offsets, None, tile, int(lengths.max()))
     assert whole.shape == (heads, rows * hdim) and not whole.any()
+
+
+@gpu
+@needs_hopper
+def test_the_persistent_backward_is_a_backend_the_op_runs_and_auto_times(poisoned):
+    """`backend="hopper_persistent"` (kernels/gdpa/hopper/persistent_backend.py) through the public op: its
+    forward is the Hopper row's, bit for bit; its backward the persistent walk's — dK and dV bit for bit the
+    grid's, dQ to fp32 rounding — and auto's measured backward candidates include it, its forward's not."""
+    from kernels.gdpa import GDPAOptions, choice, gdpa
+    from kernels.gdpa.call import GDPACall
+    from kernels.gdpa.plan import candidates, label
+
+    rng = np.random.default_rng(3)  # the batch of the persistent tests above: their kernels, compiled ahead
+    lengths = np.concatenate([rng.integers(0, 130, 600), rng.integers(500, 1500, 40), [0, 1, 127, 128, 129, 512]])
+    rng.shuffle(lengths)
+    batch = _batch(lengths, lengths, 4, 4, 128, torch.bfloat16, seed=9).with_grad()
+    runs = {}
+    for backend in ("hopper", "hopper_persistent"):
+        record = {}
+        out = gdpa(batch.q, batch.k, batch.v, batch.q_offsets, batch.q_offsets, batch.max_q, batch.max_kv,
+                   options=GDPAOptions(backend=backend), record=record)  # fmt: skip
+        runs[backend] = (out.detach(), torch.autograd.grad(out, (batch.q, batch.k, batch.v), batch.dout), record)
+    (out, (dq, dk, dv), _), (p_out, (p_dq, p_dk, p_dv), record) = runs["hopper"], runs["hopper_persistent"]
+    assert record["dispatch"]["bwd"]["backend"] == "hopper_persistent", record["dispatch"]
+    assert torch.equal(out, p_out) and torch.equal(dk, p_dk) and torch.equal(dv, p_dv)
+    assert _relerr(p_dq.float(), dq.float()) <= 1e-2
+    call = GDPACall(batch.q, batch.k, batch.v, batch.q_offsets, batch.q_offsets, batch.max_q, batch.max_kv,
+                    "fast_gelu", 1.0, 1.0, False)  # fmt: skip
+    choice.forget()
+    assert "hopper_persistent" in [label(c) for c in candidates("bwd", call, GDPAOptions())]
+    assert "hopper_persistent" not in [label(c) for c in candidates("fwd", call, GDPAOptions())]

@@ -92,7 +92,7 @@ def test_options_default_and_round_trip():
             "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles, fwd_plan, bwd_plan, "
             "concurrent_stages",
         ),
-        ({"backend": "cuda"}, "backend: expected one of auto, packed, hopper, triton, got 'cuda'"),
+        ({"backend": "cuda"}, "backend: expected one of auto, packed, hopper, hopper_persistent, triton, got 'cuda'"),
         ({"concurrent_stages": "yes"}, "concurrent_stages: expected true or false, got 'yes'"),
         (
             {"fwd_tiles": [128, 64, 8]},
@@ -117,7 +117,10 @@ def test_options_default_and_round_trip():
         ({"fwd_plan": []}, "fwd_plan: expected a list of [backend, lo, hi]"),
         ({"fwd_plan": "triton"}, "fwd_plan: expected a list of [backend, lo, hi]"),
         ({"fwd_plan": [["triton", 0, 100], ["hopper", 128, None]]}, "fwd_plan: bands must meet end to start"),
-        ({"fwd_plan": [["cuda", 0, None]]}, "fwd_plan: backend 'cuda'; allowed: packed, hopper, triton"),
+        (
+            {"fwd_plan": [["cuda", 0, None]]},
+            "fwd_plan: backend 'cuda'; allowed: packed, hopper, hopper_persistent, triton",
+        ),
         ({"fwd_plan": [["triton", 0, 0], ["triton", 0, None]]}, "fwd_plan: band hi must be an integer > lo (0)"),
         ({"fwd_plan": [["triton", False, None]]}, "fwd_plan: expected a list of [backend, lo, hi]"),
         ({"fwd_plan": [{"backend": "triton", "top": 3}]}, "fwd_plan: unknown key 'top'; allowed: backend, lo, hi"),
@@ -237,6 +240,8 @@ def fake_hopper(monkeypatch):
     def install(**kw):
         fake = FakeHopper(**kw)
         monkeypatch.setitem(sys.modules, backends.ROWS["hopper"].module, fake.module)
+        # the persistent backward's row: the same stand-in (kernels/gdpa/hopper/persistent_backend.py)
+        monkeypatch.setitem(sys.modules, backends.ROWS["hopper_persistent"].module, fake.module)
         backends.load.cache_clear()
         try:
             yield fake
@@ -340,6 +345,14 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
             "triton[0, 256)+hopper[256, inf)",
             "triton[0, 512)+hopper[512, inf)",
             "triton[0, 1024)+hopper[1024, inf)",
+        ]
+        # the backward's: the Hopper row's persistent backward too, a candidate of that pass only
+        assert [label(c) for c in candidates("bwd", call, options)] == [
+            "packed[0, 128)+hopper[128, inf)",
+            "packed",
+            "hopper",
+            "hopper_persistent",
+            "triton",
         ]
         stages, measured = choice.plan_for("fwd", call, options, run)
         assert [s.backend for s in stages] == ["triton"] and measured == speed

@@ -169,7 +169,8 @@ def candidates(mode: str, call: GDPACall, options) -> list[list[Stage]]:
 
     runnable = [row.name for row in backends.TABLE if backends.cannot_run(row.name, call) is None]
     for name in runnable:
-        add([Stage(name, WHOLE, f"{name}: the whole batch on one backend")])
+        if mode in backends.ROWS[name].prefer:  # a row candidate of this pass (backends.py)
+            add([Stage(name, WHOLE, f"{name}: the whole batch on one backend")])
     low, high, edges = backends.SPLITS.get(mode, (None, None, ()))
     if low in runnable and high in runnable:
         for edge in edges:
