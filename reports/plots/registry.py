@@ -9,9 +9,7 @@ registered plot under its caption (reports.sections), so a new plot is one new m
 
     @plot("tflops_per_watt", order=60, columns=("id", "tflops_per_w"), caption=CAPTION)
     def tflops_per_watt(data: PlotData, out: Path) -> Drawing:
-        ok = ok_cases(data.cases)
-        if ok.empty:
-            raise NothingToPlot("no ok cases: nothing to plot", "TFLOP/s per watt")
+        ok = cases_to_draw(data.cases, None, "no ok cases: nothing to plot", "TFLOP/s per watt")
         fig = figure(8, 4)
         fig.add_subplot().bar(range(len(ok)), ok["tflops_per_w"])
         return Drawing(fig, {"": ok[["id", "tflops_per_w"]]})
@@ -27,7 +25,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from reports.cpu_notes import is_cpu_run
-from reports.plots.common import placeholder, save, write_csv
+from reports.plots.common import ok_cases, placeholder, save, write_csv
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,16 @@ class NothingToPlot(Exception):
     def __init__(self, why: str, title: str):
         super().__init__(why)
         self.why, self.title = why, title
+
+
+def cases_to_draw(
+    cases: pd.DataFrame, where: Callable[[pd.DataFrame], pd.Series] | None, why: str, title: str
+) -> pd.DataFrame:
+    """The ok cases `where` keeps (common.ok_cases); none: NothingToPlot(why, title), the placeholder."""
+    ok = ok_cases(cases, where)
+    if ok.empty:
+        raise NothingToPlot(why, title)
+    return ok
 
 
 @dataclass

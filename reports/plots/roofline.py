@@ -14,8 +14,8 @@ from matplotlib.lines import Line2D
 
 from kernels.modes import MODES
 from reports.cpu_notes import is_cpu_run
-from reports.plots.common import each_provider, figure, fmt_num, ok_cases, provider_colors
-from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
+from reports.plots.common import each_provider, figure, fmt_num, provider_colors
+from reports.plots.registry import Drawing, PlotData, cases_to_draw, plot
 from results.figures import ceiling_for
 from results.rates import unit_for
 
@@ -32,9 +32,8 @@ CAPTION = (
 def roofline(data: PlotData, out: Path) -> Drawing:
     """Arithmetic intensity (FLOP/B, log) vs achieved TFLOP/s (log) with the compute and bandwidth roof."""
     cases, meta = data.cases, data.meta
-    pts = ok_cases(cases, lambda ok: (ok["intensity"] > 0) & (ok["tflops"] > 0))
-    if pts.empty:
-        raise NothingToPlot("no ok cases with known sizes and timings: nothing to plot", "roofline")
+    known = "no ok cases with known sizes and timings: nothing to plot"
+    pts = cases_to_draw(cases, lambda ok: (ok["intensity"] > 0) & (ok["tflops"] > 0), known, "roofline")
     dtype = str(pts["dtype"].mode().iloc[0]) if pts["dtype"].notna().any() else None
     peaks = meta.get("peak_tflops") or {}
     sheet_c, meas_c = ceiling_for(peaks, dtype), ceiling_for(meta.get("measured_gemm_tflops"), dtype)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from reports.plots.common import each_provider, fmt_num, ok_cases, panel_figure, panel_title, provider_colors
-from reports.plots.registry import Drawing, NothingToPlot, PlotData, plot
+from reports.plots.common import each_provider, fmt_num, panel_figure, panel_title, provider_colors
+from reports.plots.registry import Drawing, PlotData, cases_to_draw, plot
 from results.figures import ceiling_for
 from results.rates import unit_for
 
@@ -23,10 +23,9 @@ CAPTION = (
 def tflops_vs_length(data: PlotData, out: Path) -> Drawing:
     """TFLOP/s vs max sequence length; one line per provider, one panel per set × mode × sweep."""
     cases, meta = data.cases, data.meta
-    ok = ok_cases(cases, lambda ok: ok["tflops"].notna() & ok["max_len"].notna())
-    ok = ok.drop_duplicates("id", keep="last") if len(ok) else ok
-    if ok.empty:
-        raise NothingToPlot("no ok cases with timings: nothing to plot", "TFLOP/s vs max sequence length")
+    timed = lambda ok: ok["tflops"].notna() & ok["max_len"].notna()
+    ok = cases_to_draw(cases, timed, "no ok cases with timings: nothing to plot", "TFLOP/s vs max sequence length")
+    ok = ok.drop_duplicates("id", keep="last")
     colors = provider_colors(cases["provider"].dropna())
     peaks = meta.get("peak_tflops") or {}
     gemm = meta.get("measured_gemm_tflops")
