@@ -75,6 +75,7 @@ def _sample(t: Any) -> Any:
 def results_json_text(data: dict) -> str:
     """results.json's text: one line per top-level field, per workload and per case (a diff names the case
     that changed; a case's samples are one line, not one line each), samples to SAMPLE_DIGITS digits."""
+
     def one(v: Any) -> str:
         return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
@@ -240,11 +241,13 @@ def flatten_case(case: dict) -> dict:
 
 
 def csv_frame(cases: list[dict]) -> pd.DataFrame:
-    """results.csv: the flat rows, `times_ms` replaced by `n_samples`, other lists joined with "|" (lists of
-    records as JSON), and no column that is empty in every row."""
+    """results.csv: the flat rows, `times_ms` replaced by `n_samples`, `chunk_clocks` left to results.json
+    (per-chunk detail, like the samples), other lists joined with "|" (lists of records as JSON), and no
+    column that is empty in every row."""
     df = flatten_cases(cases)
     if df.empty:
         return pd.DataFrame({"id": []})
+    df = df.drop(columns=[c for c in ("chunk_clocks",) if c in df.columns])
     if "times_ms" in df.columns:
         pos = list(df.columns).index("times_ms")
         n = df["times_ms"].map(lambda t: len(t) if isinstance(t, list) else 0)

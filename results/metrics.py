@@ -92,6 +92,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("drift", "fraction", "timer", "(median of the last tenth − median of the first tenth) / first tenth",
       "did the time move while measured (null under 20 samples; results.drift)"),
     Metric("drift_p", "", "timer", "Mann-Whitney U, first vs last tenth", "the drift's p-value", fmt="sci"),
+    Metric("chunk_clocks", "MHz", "monitor", "", "[samples so far, SM clock] read at each of the timer's chunks "
+      "(empty: not read per chunk): the clock each sample ran near", kind="list"),
     Metric("sm_clock_mhz", "MHz", "monitor", "median SM clock read between the samples' chunks",
       "the clock the samples ran at (compare normalises by it); null without the monitor"),
     Metric("tflops", "TFLOP/s", "timer", "flops / (median_ms · 1e-3) / 1e12", "achieved rate (results.figures.tflops)",

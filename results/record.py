@@ -66,6 +66,15 @@ class TimedSamples(Protocol):
     p80_ms: float
 
 
+def chunk_clocks(samples: TimedSamples) -> list[list]:
+    """[samples so far, SM clock MHz] at each of the timer's chunks (bench.case.power), or [] when the clock
+    was not read per chunk."""
+    ends, clocks = getattr(samples, "chunk_ends", None), getattr(samples, "chunk_clocks_mhz", None)
+    if not ends or not clocks or len(ends) != len(clocks):
+        return []
+    return [[int(n), None if c is None else float(c)] for n, c in zip(ends, clocks, strict=True)]
+
+
 def timing_fields(samples: TimedSamples, flops: float, peak_tflops: float | None, gemm_tflops: float | None) -> dict:
     """The samples and what follows from them: TFLOP/s from the median, utilization over each ceiling,
     the timed window (the samples' sum, s) and the drift of the samples (first vs last tenth, the figure
@@ -78,6 +87,7 @@ def timing_fields(samples: TimedSamples, flops: float, peak_tflops: float | None
         "p20_ms": samples.p20_ms,
         "p80_ms": samples.p80_ms,
         "timed_s": sum(samples.times_ms) / 1e3,
+        "chunk_clocks": chunk_clocks(samples),
         "drift": d,
         "drift_p": p,
         "tflops": _known(rate),

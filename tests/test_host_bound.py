@@ -312,3 +312,25 @@ def test_a_graph_time_with_its_allocator_state_is_a_declared_record():
     rec["cuda_graph"]["made_up"] = 1
     with pytest.raises(UndeclaredField, match=r"'cuda_graph\.made_up'"):
         check_case_record(rec)
+
+
+def test_the_same_kernel_line_gives_the_samples_in_sm_cycles_at_their_chunks_clock():
+    """profiling_bars.kilocycles: each sample times the clock read at the end of its chunk (`chunk_clocks`), so
+    two cases that ran the same kernel at different points of the power cap compare clock for clock."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "profiling_bars.py"
+    spec = importlib.util.spec_from_file_location("profiling_bars", path)
+    bars = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bars)
+    c = {"times_ms": [1.0, 1.0, 1.2, 1.2], "chunk_clocks": [[2, 1980.0], [4, 1650.0]]}
+    assert bars.kilocycles(c) == [1980.0, 1980.0, 1.2 * 1650.0, 1.2 * 1650.0]
+    assert bars.kilocycles({"times_ms": [1.0], "chunk_clocks": []}) is None  # not kept per chunk
+    assert bars.kilocycles({"times_ms": [1.0, 2.0], "chunk_clocks": [[1, 1980.0]]}) is None  # not every sample
+    twin = {"id": "s/fwd/L=8/gdpa_triton", "status": "ok", "median_ms": 1.0, "p80_ms": 1.0,
+            "times_ms": [1.0] * 4, "chunk_clocks": [[4, 1980.0]]}  # fmt: skip
+    auto = {"id": "s/fwd/L=8/gdpa", "mode": "fwd", "median_ms": 1.1, "p80_ms": 1.2, "kernel_config":
+            {"dispatch": {"fwd": {"backend": "triton"}}}, **c}  # fmt: skip
+    line = bars.same_kernel_bar(auto, {twin["id"]: twin})
+    assert line.startswith("auto vs gdpa_triton: median_ms +10.0%") and "in SM cycles" in line, line

@@ -148,6 +148,31 @@ def test_the_timed_samples_run_with_the_sampler_paused_and_read_the_clock_betwee
         mon.stop()
 
 
+def test_each_chunks_clock_is_kept_beside_its_samples():
+    """The clock read after each chunk goes with that chunk's samples into the record (`chunk_clocks`: the
+    power cap moves the clock inside one window, which the median alone hides)."""
+    from bench.case.timing import Samples
+    from results.record import timing_fields
+
+    mon, _ = make([CONST], cycle=True)
+
+    def timer(fn, between=None):
+        for _ in range(2):
+            fn()
+            between()
+        return Samples.of([1.0, 1.1, 1.0, 1.2, 1.3, 1.2], chunk_ends=[3, 6])
+
+    power = CasePower(mon, Power(), timer=timer, sync=lambda: None)
+    mon.start()
+    try:
+        samples, clock = power.time_samples(lambda: time.sleep(0.02))
+    finally:
+        mon.stop()
+    assert clock == 1755.0 and samples.chunk_clocks_mhz == [1755.0, 1755.0]
+    assert timing_fields(samples, 1e9, None, None)["chunk_clocks"] == [[3, 1755.0], [6, 1755.0]]
+    assert timing_fields(Samples.of([1.0, 2.0]), 1e9, None, None)["chunk_clocks"] == []  # not read per chunk
+
+
 def test_with_pause_for_samples_off_the_sampler_runs_through_the_samples():
     mon, _ = make([CONST], cycle=True)
     running_in_calls = []

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from bench.case import timing
 from bench.case.timing import chunk_size, time_cpu
 
 
@@ -52,3 +53,47 @@ def test_cpu_timing_uses_the_budget_and_the_configured_reps():
     assert sum(s.times_ms) >= 60 and len(s.times_ms) <= 13  # ~5 ms calls: about 12 samples
     s = time_cpu(fn, warmup_ms=1, rep_ms=1, min_reps=30, max_reps=30)
     assert len(s.times_ms) == 30  # not clamped to 20 on a CPU (it was, before issue 19)
+
+
+def test_each_chunk_after_a_sync_starts_with_an_untimed_call(monkeypatch):
+    """The order time_cuda enqueues in, with torch.cuda's events and sync stood in for: every timed sample's
+    call is preceded, since the last sync, by at least one untimed call (a warm-up or the chunk's primer), so
+    no sample starts on a GPU left idle by a sync (the H200, 2026-12-03: those samples read 1.2-3x the median)."""
+    log: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.name = "event"
+
+        def record(self, stream=None):
+            log.append("record")
+
+        def elapsed_time(self, other):
+            return 10.0  # ms per sample: chunks of 5, 5, 10 for a 200 ms window
+
+    class Flush:
+        def zero_(self):
+            log.append("flush")
+
+    monkeypatch.setattr(timing.torch.cuda, "Event", Event)
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda device=None: log.append("sync"))
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: Flush())
+    samples = timing.time_cuda(
+        lambda: log.append("call"), warmup_ms=1.0, rep_ms=200.0, device=timing.torch.device("cuda", 0),
+        between=lambda: log.append("between"),
+    )  # fmt: skip
+    assert len(samples.times_ms) == 20
+    # the estimate's three calls (each synced) come first; from the first warm-up call on, every timed call
+    # has an untimed one since the last sync
+    first_warmup = next(i for i, op in enumerate(log) if op == "call" and log[i - 1] != "record")
+    untimed_since_sync, timed = 0, 0
+    for prev, op in zip(log[first_warmup - 1 :], log[first_warmup:], strict=False):
+        if op == "sync":
+            untimed_since_sync = 0
+        elif op == "call" and prev == "record":
+            timed += 1
+            assert untimed_since_sync >= 1, log
+        elif op == "call":
+            untimed_since_sync += 1
+    assert timed == 20 and log.count("between") == 3
+    assert samples.chunk_ends == [5, 10, 20]  # the sample count at each sync, for the clock read there

@@ -45,7 +45,12 @@ class CasePower:
             samples = self.timer(fn, between=lambda: readings.append(self.monitor.sample_now()))
         finally:
             self.monitor.start()
-        return samples, self._median([r["sm_clock_mhz"] for r in readings if r and r["sm_clock_mhz"] is not None])
+        clocks = [r["sm_clock_mhz"] if r else None for r in readings]
+        if isinstance(samples, Samples) and len(clocks) == len(samples.chunk_ends):
+            # each chunk's clock beside its samples: the power cap moves the clock inside one window (the H200,
+            # 2026-12-03: 1905 -> 1575 MHz over a case's last chunk), which the median alone hides
+            samples.chunk_clocks_mhz = clocks
+        return samples, self._median([c for c in clocks if c is not None])
 
     def _clock_now(self) -> float | None:
         """One reading now (a window shorter than one sampling period has none of its own)."""

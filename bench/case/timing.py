@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -27,11 +27,14 @@ class Samples:
     median_ms: float
     p20_ms: float
     p80_ms: float
+    chunk_ends: list[int] = field(default_factory=list)  # the number of samples at each chunk's sync
+    chunk_clocks_mhz: list[float | None] = field(default_factory=list)  # the SM clock read there (CasePower)
 
     @classmethod
-    def of(cls, times: list[float]) -> Samples:
+    def of(cls, times: list[float], chunk_ends: list[int] | None = None) -> Samples:
         a = np.asarray(times, dtype=float)
-        return cls([float(t) for t in a], float(np.median(a)), float(np.percentile(a, 20)), float(np.percentile(a, 80)))
+        quantiles = float(np.median(a)), float(np.percentile(a, 20)), float(np.percentile(a, 80))
+        return cls([float(t) for t in a], *quantiles, list(chunk_ends or []))
 
 
 _flush_buffers: dict[int, torch.Tensor] = {}
@@ -79,7 +82,8 @@ def time_cuda(
 ) -> Samples:
     """The samples of `fn` (each between a pair of events, the L2 flushed before it), taken in chunks that each
     end with a device sync; `between()` runs after each chunk's sync, outside every timed call (the harness
-    reads the GPU's clock there: bench.case.power.CasePower.time_samples)."""
+    reads the GPU's clock there: bench.case.power.CasePower.time_samples), and each chunk after the first
+    starts with an untimed call (`prime`)."""
     device = device or torch.device("cuda", torch.cuda.current_device())
     flush = l2_flush_buffer(device) if flush_l2 else None
     call = fn
@@ -98,9 +102,12 @@ def time_cuda(
     for _ in range(warmup_count(float(np.median(est)), warmup_ms)):
         call()
     times: list[float] = []
+    chunk_ends: list[int] = []
     while n := chunk_size(times, rep_ms, min_reps, max_reps):
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        if times:
+            prime(call, flush)
         for i in range(n):
             if flush is not None:
                 flush.zero_()
@@ -109,9 +116,22 @@ def time_cuda(
             ends[i].record()
         torch.cuda.synchronize(device)
         times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+        chunk_ends.append(len(times))
         if between is not None:
             between()
-    return Samples.of(times)
+    return Samples.of(times, chunk_ends)
+
+
+def prime(call: Callable[[], object], flush: torch.Tensor | None) -> None:
+    """One untimed call after a chunk's sync, so the host is a call ahead of the GPU again when the next
+    chunk's first sample starts, as it is for every other sample (the warm-up calls do it for the first
+    chunk). Without it that sample's events hold the call's host time: the GPU, idle after the sync, runs each
+    kernel as the host issues it. The H200 production run of 2026-12-03 (docs/example-h200-production,
+    logs/README.md) read every chunk's first sample at 1.2-3x the case's median, for every provider; on a case
+    of 12 samples, 3 of them, which decided its p80."""
+    if flush is not None:
+        flush.zero_()
+    call()
 
 
 def time_cpu(

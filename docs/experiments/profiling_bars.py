@@ -15,7 +15,8 @@
 - every band case's bands sum within 10% of the whole batch, or `bands.why` says why not;
 - `gdpa` (auto) and the pinned backend that ran the same kernel (its one-backend dispatch) agree within 3% at
   p50 and p80 (the line adds both cases' SM clocks and CUDA-graph times: a clock step of the power cap
-  between two cases timed seconds apart moves a GPU-bound call, host time a short one);
+  between two cases timed seconds apart moves a GPU-bound call, host time a short one; with `chunk_clocks`
+  in the run, also both in SM cycles, each sample at its chunk's clock — printed, not judged);
 - every kept trace (`kernels.trace`, or its .gz beside it in a committed run) is Chrome trace JSON with its
   call ranges (what Perfetto's JSON loader reads).
 
@@ -31,6 +32,8 @@ import gzip
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -121,7 +124,24 @@ def same_kernel_bar(c: dict, cases: dict) -> str | None:
         bad.append(f"SM clock {c.get('sm_clock_mhz')} vs {pinned.get('sm_clock_mhz')} MHz")
         if None not in graphs:
             bad.append(f"CUDA-graph {graphs[0]:.4g} vs {graphs[1]:.4g} ms")
+        cycles = [kilocycles(x) for x in (c, pinned)]
+        if all(cycles):
+            p50, p80 = (float(np.percentile(cycles[0], q) / np.percentile(cycles[1], q) - 1) for q in (50, 80))
+            bad.append(f"in SM cycles (each chunk's clock) p50 {p50:+.1%} p80 {p80:+.1%}")
     return f"auto vs gdpa_{ran}: " + ", ".join(bad) if bad else None
+
+
+def kilocycles(c: dict) -> list[float] | None:
+    """Each sample × the SM clock read at the end of its chunk (`chunk_clocks`: ms × MHz = thousands of
+    cycles), or None when the run did not keep the clocks per chunk."""
+    chunks, times = c.get("chunk_clocks") or [], c.get("times_ms") or []
+    if not chunks or chunks[-1][0] != len(times) or any(mhz is None for _, mhz in chunks):
+        return None
+    out, start = [], 0
+    for end, mhz in chunks:
+        out += [t * mhz for t in times[start:end]]
+        start = end
+    return out
 
 
 def trace_bar(run: Path, c: dict) -> str | None:
