@@ -98,6 +98,21 @@ def bwd_techs(value: str) -> list[str]:
     return names
 
 
+def jagged_arguments(batch: JaggedBatch) -> dict:
+    """The batch as the keyword arguments Meta's GDPA entry points (base and TLX) take; not causal: the
+    kernels have no causal mask (skip_reason refuses causal cases first)."""
+    return {
+        "query": batch.q,
+        "key": batch.k,
+        "value": batch.v,
+        "query_offset": batch.q_offsets,
+        "key_offset": batch.kv_offsets,
+        "max_seq_len_q": int(batch.max_q),
+        "max_seq_len_kv": int(batch.max_kv),
+        "is_causal": False,
+    }
+
+
 def shape_reason(batch: JaggedBatch, kernel: str) -> str | None:
     """None when Meta's kernels (its Triton GDPA and its CuTe one: the same limits) take the batch's dtype,
     head dims and head counts; `kernel` names the one asked in the reason."""
@@ -276,14 +291,7 @@ class MetaGDPAProvider(pc.PeerProvider):
         o = self.options
         self._activation = ACTIVATIONS[spec.activation]
         return fn(
-            query=batch.q,
-            key=batch.k,
-            value=batch.v,
-            query_offset=batch.q_offsets,
-            key_offset=batch.kv_offsets,
-            max_seq_len_q=int(batch.max_q),
-            max_seq_len_kv=int(batch.max_kv),
-            is_causal=False,
+            **jagged_arguments(batch),
             qk_scale=float(spec.qk_scale),
             activation=self._activation,
             enable_persistent=o["enable_persistent"],

@@ -37,7 +37,7 @@ import os
 import torch
 
 from kernels import peer_checkout as pc
-from kernels.meta_gdpa import ACTIVATIONS, PEER, shape_reason
+from kernels.meta_gdpa import ACTIVATIONS, PEER, jagged_arguments, shape_reason
 from kernels.meta_gdpa_cute import sm100_reason
 from kernels.registry import CaseSpec, register
 from support.text import one_line
@@ -145,14 +145,7 @@ class MetaGDPATLXProvider(pc.PeerProvider):
             os.environ["ADS_MKL_DISABLE_AUTOTUNE"] = "0" if self.options["autotune"] else "1"
         self._activation = ACTIVATIONS[spec.activation]
         return fn(
-            query=batch.q,
-            key=batch.k,
-            value=batch.v,
-            query_offset=batch.q_offsets,
-            key_offset=batch.kv_offsets,
-            max_seq_len_q=int(batch.max_q),
-            max_seq_len_kv=int(batch.max_kv),
-            is_causal=False,
+            **jagged_arguments(batch),
             activation=self._activation,
             enable_tma=True,  # as Meta's tests call it (tests/test_tlx_gdpa_megakernel.py)
             enable_ws=True,
