@@ -31,7 +31,10 @@ export PYTHONUNBUFFERED=1 GDPA_HOPPER_KERNEL_DIR=/tmp/hk
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 run_cmd() { [ $# -gt 0 ] && { echo "+ $*"; bash -c "$*"; }; return 0; }
-windows="timing.rep_ms=300 power.settle_s=0.3 power.energy_loop_s=0.3"
+# A 1 s pre-roll (the configs' own) before 300 ms energy and sample windows: with 0.3 s the power cap still moved
+# the clock inside the samples (2026-12-03, df8f6ae: 1905 -> 1575 MHz in one case's last chunk; 7 of issue 31's
+# 10 same-kernel misses), for ~90 s more over the production run's 128 cases.
+windows="timing.rep_ms=300 power.settle_s=1.0 power.energy_loop_s=0.3"
 
 start() {
   local name=$1 config=$2
