@@ -31,6 +31,21 @@ TILE_EFF = "ΣLqLk / Σ⌈Lq/{t}⌉{t}·⌈Lk/{t}⌉{t} (causal: unmasked over c
 
 
 WHERE = ("kernels", "counters", "bands")  # the views of "Where the time goes", one row per case
+
+
+def _per_kernel(key: str, unit: str, counter: str, description: str, header: str = "", **kw) -> Metric:
+    """A column of `counters.kernels`: one Nsight Compute counter of one kernel; in the counters view when it
+    has a header."""
+    shown = ("counters",) if header else ()
+    return Metric(f"counters.kernels.{key}", unit, "profile", counter, description, shown=shown, header=header, **kw)
+
+
+def _length_stat(key: str, unit: str, formula: str, description: str, header: str = "", **kw) -> Metric:
+    """A key of a workload's `stats` (workloads.stats); in the report's workloads table when it has a header."""
+    shown = ("workloads",) if header else ()
+    return Metric(f"stats.{key}", unit, "lengths", formula, description, shown=shown, header=header, **kw)
+
+
 # fmt: off
 METRICS: tuple[Metric, ...] = (
     Metric("id", "", "config", "", "`<set>/<mode>/L=<max_len>/<axis>=<value>.../<label>`: the case's name", kind="text",
@@ -290,26 +305,21 @@ METRICS: tuple[Metric, ...] = (
     Metric("counters.reason", "", "profile", "", "null, or why not ok (one line)", kind="text", shown=("counters",),
       header="reason"),
     Metric("counters.kernels", "", "profile", "", "one row per kernel of the call, in launch order", kind="table"),
-    Metric("counters.kernels.name", "", "profile", "", "the kernel", kind="text", shown=("counters",), header="kernel"),
-    Metric("counters.kernels.duration_ms", "ms", "profile", "gpu__time_duration", "its duration", shown=("counters",),
-      header="ms"),
-    Metric("counters.kernels.tensor_pct", "%", "profile", "sm__pipe_tensor_op_hmma_cycles_active (% of peak sustained "
-      "active)", "tensor-pipe activity", shown=("counters",), header="tensor pipe"),
-    Metric("counters.kernels.sm_pct", "%", "profile", "sm__throughput (% of peak)", "SM throughput",
-      shown=("counters",), header="SM"),
-    Metric("counters.kernels.dram_pct", "%", "profile", "dram__throughput (% of peak)", "DRAM throughput",
-      shown=("counters",), header="DRAM"),
-    Metric("counters.kernels.occupancy_pct", "%", "profile", "sm__warps_active (% of peak sustained active)",
-      "achieved occupancy", shown=("counters",), header="occupancy"),
-    Metric("counters.kernels.registers", "count", "profile", "launch__registers_per_thread", "registers per thread",
-      shown=("counters",), header="regs"),
-    Metric("counters.kernels.local_ld", "count", "profile", "smsp__sass_inst_executed_op_local_ld.sum",
-      "local-memory loads (register spills or local arrays)", shown=("counters",), header="local ld"),
-    Metric("counters.kernels.local_st", "count", "profile", "smsp__sass_inst_executed_op_local_st.sum",
-      "local-memory stores", shown=("counters",), header="local st"),
-    Metric("counters.kernels.dram_bytes", "B", "profile", "dram__bytes_read.sum + dram__bytes_write.sum",
-      "DRAM traffic", fmt="sci", shown=("counters",), header="DRAM bytes"),
-    Metric("counters.kernels.sm_clock_mhz", "MHz", "profile", "sm__cycles_elapsed.avg.per_second", "its SM clock"),
+    _per_kernel("name", "", "", "the kernel", "kernel", kind="text"),
+    _per_kernel("duration_ms", "ms", "gpu__time_duration", "its duration", "ms"),
+    _per_kernel("tensor_pct", "%", "sm__pipe_tensor_op_hmma_cycles_active (% of peak sustained active)",
+      "tensor-pipe activity", "tensor pipe"),
+    _per_kernel("sm_pct", "%", "sm__throughput (% of peak)", "SM throughput", "SM"),
+    _per_kernel("dram_pct", "%", "dram__throughput (% of peak)", "DRAM throughput", "DRAM"),
+    _per_kernel("occupancy_pct", "%", "sm__warps_active (% of peak sustained active)", "achieved occupancy",
+      "occupancy"),
+    _per_kernel("registers", "count", "launch__registers_per_thread", "registers per thread", "regs"),
+    _per_kernel("local_ld", "count", "smsp__sass_inst_executed_op_local_ld.sum",
+      "local-memory loads (register spills or local arrays)", "local ld"),
+    _per_kernel("local_st", "count", "smsp__sass_inst_executed_op_local_st.sum", "local-memory stores", "local st"),
+    _per_kernel("dram_bytes", "B", "dram__bytes_read.sum + dram__bytes_write.sum", "DRAM traffic", "DRAM bytes",
+      fmt="sci"),
+    _per_kernel("sm_clock_mhz", "MHz", "sm__cycles_elapsed.avg.per_second", "its SM clock"),
     Metric("counters.dram_bytes", "B", "profile", "Σ kernels.dram_bytes", "DRAM traffic of the call", fmt="sci"),
     Metric("counters.sm_clock_mhz", "MHz", "profile", "duration-weighted kernels.sm_clock_mhz", "the SM clock"),
     Metric("counters.report", "", "profile", "", "the kept .ncu-rep (`counters.keep`, `profile --keep`)", kind="text"),
@@ -413,38 +423,34 @@ WORKLOAD_METRICS: tuple[Metric, ...] = (
     Metric("pairing_params", "", "config", "", "its parameters", kind="object", shown=("workloads",),
       header="its parameters", fmt="params"),
     Metric("stats", "", "lengths", "", "the statistics of the lengths (workloads.stats)", kind="block"),
-    Metric("stats.B", "count", "lengths", "", "sequences", shown=("workloads",), header="B"),
-    Metric("stats.total_q", "tokens", "lengths", "ΣLq", "query rows", shown=("workloads",), header="total Q"),
-    Metric("stats.total_kv", "tokens", "lengths", "ΣLk", "key rows", shown=("workloads",), header="total KV"),
-    Metric("stats.mean_q", "tokens", "lengths", "", "mean Lq", shown=("workloads",), header="mean Q", fmt="whole"),
-    Metric("stats.p50_q", "tokens", "lengths", "", "median Lq", shown=("workloads",), header="p50 Q", fmt="whole"),
-    Metric("stats.p90_q", "tokens", "lengths", "", "90th percentile of Lq", shown=("workloads",), header="p90 Q",
-      fmt="whole"),
-    Metric("stats.p99_q", "tokens", "lengths", "", "99th percentile of Lq", shown=("workloads",), header="p99 Q",
-      fmt="whole"),
-    Metric("stats.max_q", "tokens", "lengths", "", "max Lq", shown=("workloads",), header="max Q"),
-    Metric("stats.mean_kv", "tokens", "lengths", "", "mean Lk", shown=("workloads",), header="mean KV", fmt="whole"),
-    Metric("stats.p50_kv", "tokens", "lengths", "", "median Lk"),
-    Metric("stats.p90_kv", "tokens", "lengths", "", "90th percentile of Lk"),
-    Metric("stats.p99_kv", "tokens", "lengths", "", "99th percentile of Lk"),
-    Metric("stats.max_kv", "tokens", "lengths", "", "max Lk", shown=("workloads",), header="max KV"),
-    Metric("stats.padding_waste", "fraction", "lengths", "1 − ΣLq / (B·max Lq)", "padding of a dense Q layout",
-      shown=("workloads",), header="padding waste Q"),
-    Metric("stats.padding_waste_kv", "fraction", "lengths", "1 − ΣLk / (B·max Lk)", "padding of a dense KV layout",
-      shown=("workloads",), header="padding waste KV"),
-    Metric("stats.flop_waste", "fraction", "lengths", "1 − ΣLqLk / (B·max Lq·max Lk)",
-      "FLOP area a dense layout wastes", shown=("workloads",), header="FLOP waste"),
-    Metric("stats.imbalance", "", "lengths", "max(LqLk) / mean(LqLk)", "work of the largest sequence over the mean",
-      shown=("workloads",), header="imbalance", fmt="frac"),
-    Metric("stats.top1pct_work_share", "fraction", "lengths", "", "share of the work in the largest 1% of sequences",
-      shown=("workloads",), header="top-1% work share"),
-    Metric("stats.total_work_pairs", "count", "lengths", "Σ unmasked (q, k) pairs", "the work FLOPs are counted on"),
-    Metric("stats.lengths_sha256", "", "lengths", "", "a hash of the Q and KV lengths", kind="text"),
-    Metric("stats.tile_eff_64", "fraction", "lengths", TILE_EFF.format(t=64),
-      "useful share of the score area at a 64×64 tile (workloads.stats.tile_efficiency)", shown=("workloads",),
-      header="tile eff 64"),
-    Metric("stats.tile_eff_128", "fraction", "lengths", TILE_EFF.format(t=128),
-      "useful share of the score area at a 128×128 tile", shown=("workloads",), header="tile eff 128"),
+    _length_stat("B", "count", "", "sequences", "B"),
+    _length_stat("total_q", "tokens", "ΣLq", "query rows", "total Q"),
+    _length_stat("total_kv", "tokens", "ΣLk", "key rows", "total KV"),
+    _length_stat("mean_q", "tokens", "", "mean Lq", "mean Q", fmt="whole"),
+    _length_stat("p50_q", "tokens", "", "median Lq", "p50 Q", fmt="whole"),
+    _length_stat("p90_q", "tokens", "", "90th percentile of Lq", "p90 Q", fmt="whole"),
+    _length_stat("p99_q", "tokens", "", "99th percentile of Lq", "p99 Q", fmt="whole"),
+    _length_stat("max_q", "tokens", "", "max Lq", "max Q"),
+    _length_stat("mean_kv", "tokens", "", "mean Lk", "mean KV", fmt="whole"),
+    _length_stat("p50_kv", "tokens", "", "median Lk"),
+    _length_stat("p90_kv", "tokens", "", "90th percentile of Lk"),
+    _length_stat("p99_kv", "tokens", "", "99th percentile of Lk"),
+    _length_stat("max_kv", "tokens", "", "max Lk", "max KV"),
+    _length_stat("padding_waste", "fraction", "1 − ΣLq / (B·max Lq)", "padding of a dense Q layout", "padding waste Q"),
+    _length_stat("padding_waste_kv", "fraction", "1 − ΣLk / (B·max Lk)", "padding of a dense KV layout",
+      "padding waste KV"),
+    _length_stat("flop_waste", "fraction", "1 − ΣLqLk / (B·max Lq·max Lk)", "FLOP area a dense layout wastes",
+      "FLOP waste"),
+    _length_stat("imbalance", "", "max(LqLk) / mean(LqLk)", "work of the largest sequence over the mean", "imbalance",
+      fmt="frac"),
+    _length_stat("top1pct_work_share", "fraction", "", "share of the work in the largest 1% of sequences",
+      "top-1% work share"),
+    _length_stat("total_work_pairs", "count", "Σ unmasked (q, k) pairs", "the work FLOPs are counted on"),
+    _length_stat("lengths_sha256", "", "", "a hash of the Q and KV lengths", kind="text"),
+    _length_stat("tile_eff_64", "fraction", TILE_EFF.format(t=64),
+      "useful share of the score area at a 64×64 tile (workloads.stats.tile_efficiency)", "tile eff 64"),
+    _length_stat("tile_eff_128", "fraction", TILE_EFF.format(t=128), "useful share of the score area at a 128×128 tile",
+      "tile eff 128"),
 )
 # fmt: on
 
