@@ -35,6 +35,7 @@ thread = PowerMonitor(device_index=gpu_index_from_device(d), period_ms=10.0, sam
 samples: dict[str, list[float]] = {"off": [], "harness": [], "process": [], "thread": []}
 clocks: list[float | None] = []
 round_p50: dict[str, list[float]] = {}
+round_p80: dict[str, list[float]] = {}
 
 
 def one_round(between=None) -> list[float]:
@@ -56,6 +57,7 @@ try:
                 times = one_round()
             samples[kind] += times
             round_p50.setdefault(kind, []).append(round(float(np.median(times)), 4))
+            round_p80.setdefault(kind, []).append(round(float(np.percentile(times, 80)), 4))
             if mon is not None:
                 mon.stop()
     sampled = {
@@ -63,6 +65,7 @@ try:
         "process_samples": len(process),
         "harness_clocks": clocks,
         "round_p50": round_p50,
+        "round_p80": round_p80,
     }
 finally:
     process.close()

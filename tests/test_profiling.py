@@ -523,11 +523,13 @@ def test_report_shows_counters_and_measured_roofline_points(tmp_path):
 @pytest.mark.gpu
 def test_gpu_breakdown_sums_to_the_timed_median_and_leaves_the_flush_out():
     """A forward and an autograd backward (kernels launched from autograd's device thread): the kernels the
-    breakdown lists add up to the timed median (within 10% on these ms-scale calls), the flush is not among
-    them, and a second timing after the profiler pass is within 5% of the first, both in SM cycles: a GEMM at
-    the power cap slows as the clock falls (the H200, 2026-12-02: 4.755 then 5.022 ms, +5.6% in time), so each
-    window's time is scaled by the SM clock NVML reads as it ends (the 2% bar on real cases:
-    docs/experiments/breakdown_overhead.py)."""
+    breakdown lists add up to the timed medians that bracket the profiler pass (within 10% of the range of the
+    one before and the one after, on these ms-scale calls), the flush is not among them, and the timing after
+    the pass is within 5% of the one before in SM cycles: a GEMM at the power cap slows as the clock falls (the
+    H200, 2026-12-02: 4.755 then 5.022 ms, +5.6% in time), so each window's time is scaled by the SM clock NVML
+    reads as it ends (the 2% bar on real cases: docs/experiments/breakdown_overhead.py). The kernel sum is
+    judged in time: the clock read after the profiler pass is the idle GPU's (1980 MHz against a forward summed
+    at 1.574 ms for a 1.586 ms median: x1.31 in cycles, the H200 at 1a75745)."""
     from bench.case.timing import l2_flush_buffer, time_cuda
     from bench.monitor import NvmlDevice
 
@@ -551,18 +553,17 @@ def test_gpu_breakdown_sums_to_the_timed_median_and_leaves_the_flush_out():
     for fn in (fwd, bwd):
         before, before_cycles = timed_cycles(fn)
         rec = bd.kernel_breakdown(fn, dev, calls=3, flush=l2_flush_buffer(dev))
-        pass_mhz = nvml.read_sm_clock() if nvml.available else -1
         after, after_cycles = timed_cycles(fn)
         ratio = after_cycles / before_cycles
-        kernel_cycles = (rec["sum_ms"] or 0) * (pass_mhz if pass_mhz > 0 else 1)
+        low, high = sorted((before.median_ms, after.median_ms))
         print(
             f"{fn.__name__}: {before.median_ms:.3f} -> {after.median_ms:.3f} ms, in SM cycles x{ratio:.3f}; "
-            f"kernel sum {rec['sum_ms']} ms at {pass_mhz} MHz, x{kernel_cycles / before_cycles:.3f} in cycles"
+            f"kernel sum {rec['sum_ms']} ms"
         )
         assert rec["error"] is None and rec["source"] == "cuda", rec
-        # in SM cycles too: the H200 at 12:10 on 2026-12-03, hot after a production run, ran the backward's
-        # profiled pass at 5.27 ms against a 4.73 ms median timed just before (+11% in time)
-        assert kernel_cycles == pytest.approx(before_cycles, rel=0.10)
+        # the bracket: the H200 at 12:10 on 2026-12-03, hot after a production run, ran the backward's profiled
+        # pass at 5.27 ms against a 4.73 ms median timed just before (+11%), as its clock fell
+        assert 0.90 * low <= (rec["sum_ms"] or 0) <= 1.10 * high, (rec["sum_ms"], low, high)
         assert not any("Fill" in r["name"] and r["calls"] >= 1 and fn is fwd for r in rec["rows"])
         assert rec["unattributed_ms"] < 0.05 * rec["sum_ms"]
         assert after_cycles == pytest.approx(before_cycles, rel=0.05)

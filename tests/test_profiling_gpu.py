@@ -148,8 +148,11 @@ def test_the_monitor_leaves_a_host_bound_calls_samples_unchanged():
     another kind's round weigh alike on all: 2026-12-03's H200 read off 17% over harness with off always
     first), 8 rounds of 150 ms each
     after one discarded round, in a fresh interpreter (tests/monitor_rounds_gpu.py: this process has run
-    profiler sessions, which leave host time on its later calls). Bar: the pooled p50 and p80 with the
-    monitor on at most 3% over off (a sampler can only add host time; the p50 also at most 3% under). Why 3%:
+    profiler sessions, which leave host time on its later calls). Bar: the median over the rounds of each
+    round's p50 and p80 with the monitor on at most 3% over off (a sampler can only add host time; the p50 also
+    at most 3% under). Why per round: on the H200 at 1a75745 every kind's last round ran slow (round p50 off
+    0.2767, harness 0.1698 ms against ~0.115 before it), the host and not a sampler, and the pooled p80 then
+    said how much of each kind's samples that one round held (harness +11%, p50 +1.3%). Why 3%:
     the issue's own bar for two providers running the same kernel. Why one-sided at p80: this call's p80 is
     the host's own noise (docs/experiments/host_speed_gpu.py). Measured alongside for the record (printed,
     not asserted): the sampler process running through the samples (p50 +13% on 2026-12-02 at 5455802) and
@@ -164,9 +167,12 @@ def test_the_monitor_leaves_a_host_bound_calls_samples_unchanged():
     if "skip" in r:
         pytest.skip(r["skip"])
     samples = r["samples"]
-    q = {k: (statistics.median(v), float(np.percentile(v, 80))) for k, v in samples.items()}
-    show(test="monitor", p50_p80_ms=q, n={k: len(v) for k, v in samples.items()}, sampler=r["sampler"],
-         clocks=r["harness_clocks"], round_p50=r["round_p50"])  # fmt: skip
+    q = {k: (statistics.median(r["round_p50"][k]), statistics.median(r["round_p80"][k])) for k in samples}
+    pooled = {k: (statistics.median(v), float(np.percentile(v, 80))) for k, v in samples.items()}
+    show(test="monitor", rounds_p50_p80_ms=q, pooled_p50_p80_ms=pooled, n={k: len(v) for k, v in samples.items()},
+         sampler=r["sampler"], clocks=r["harness_clocks"], round_p50=r["round_p50"],
+         round_p80=r["round_p80"])  # fmt: skip
+    assert all(len(r["round_p50"][k]) == len(r["round_p80"][k]) == 8 for k in samples)
     assert r["sampler"] == "process" and r["process_samples"] > 50  # it sampled through its rounds
     assert all(c is not None and c > 0 for c in r["harness_clocks"])  # the clock read between chunks
     assert q["harness"][0] == pytest.approx(q["off"][0], rel=0.03), ("p50", q)
@@ -174,21 +180,24 @@ def test_the_monitor_leaves_a_host_bound_calls_samples_unchanged():
 
 
 def test_cuda_graph_time_is_the_device_time():
-    """A long kernel (a 4 GiB device copy: bound by HBM, not by the SM clock, which an 8192³ GEMM at the power cap moves
-    between two windows — 1.570 vs 1.521 ms on the H200 at 12:10 on 2026-12-03): the graph's time per call equals
-    the event median within 3% (both time the GPU). Our op's forward on the short band (host-bound): the graph's
-    time is under the event median, by the host time the events include, and within 25% of the breakdown's kernel
-    sum (the graph also drops the launch gaps between the op's kernels, which the sum never counted).
+    """A long kernel (an elementwise product over 2 GiB into 2 GiB: bound by HBM, not by the SM clock, which an
+    8192³ GEMM at the power cap moves between two windows — 1.570 vs 1.521 ms on the H200 at 12:10 on 2026-12-03):
+    the graph's time per call equals the event median within 3% (both time the GPU). Not `dst.copy_(src)`: a
+    device-to-device memcpy, which a graph holds as a memcpy node run by the copy engines (1.546 ms against the
+    eager copy kernel's 1.007 on the H200 at 1a75745): another operation, not the same one without the host.
+    Our op's forward on the short band (host-bound): the graph's time is under the event median, by the host
+    time the events include, and within 25% of the breakdown's kernel sum (the graph also drops the launch gaps
+    between the op's kernels, which the sum never counted).
     """
     d = dev()
     flush = l2_flush_buffer(d)
     src = torch.empty(2**30, device=d, dtype=torch.bfloat16).fill_(1.0)
     dst = torch.empty_like(src)
-    copy = lambda: dst.copy_(src)
-    copy()
-    timed = time_cuda(copy, warmup_ms=50, rep_ms=300, device=d)
-    g = graph_time(copy, d, flush, timed.median_ms)
-    show(test="graph copy", median_ms=timed.median_ms, graph=g)
+    scale = lambda: torch.mul(src, 2.0, out=dst)
+    scale()
+    timed = time_cuda(scale, warmup_ms=50, rep_ms=300, device=d)
+    g = graph_time(scale, d, flush, timed.median_ms)
+    show(test="graph elementwise", median_ms=timed.median_ms, graph=g)
     assert g["error"] is None and g["ms"] <= timed.median_ms * 1.01
     assert g["ms"] == pytest.approx(timed.median_ms, rel=0.03)
     fn = built(provider_here("gdpa_triton"), short_batch(), "fwd")
@@ -313,7 +322,10 @@ def test_a_kept_forwards_backward_captures_on_the_harness_stream(name):
     """A kept forward's backward runs on the forward's stream: built and timed on the harness's stream (as the
     runner does) it captures, and its graph time is judged against the event timings that bracket it (on a GPU
     at its power cap the clock moves between two windows: FA4's backward 1.539 ms, its graph 1.590 ms, the
-    events again within 10%, the H200 2026-12-02; the graph cannot be slower than the calls at its moment).
+    events again within 10%, the H200 2026-12-02). Bar 5% over the slower of the two: on the H200 at 1a75745,
+    hot from a production run, the graphs read +2.5% (gdpa) and +3.8% (fa4) over the bracketing medians, about
+    one L2 flush per call (flush_ms 0.040 / 0.043: a backward's dirty lines are written back inside the next
+    call's flush in the graph, and after the events close in the samples).
     Built on the legacy default stream it may fail to capture (each process's first backward capture did on
     the H200): then with one line, and the default stream is current again afterwards (torch.cuda.graph's
     exit had left its capture stream current for the rest of the process)."""
@@ -328,7 +340,7 @@ def test_a_kept_forwards_backward_captures_on_the_harness_stream(name):
     g0 = graph_time(legacy, d, l2_flush_buffer(d), timed.median_ms)
     show(test="graph bwd", provider=name, median_ms=timed.median_ms, again_ms=again.median_ms, graph=g, legacy=g0)
     assert g["error"] is None and g["ms"] > 0, g
-    assert g["ms"] <= max(timed.median_ms, again.median_ms) * 1.02
+    assert g["ms"] <= max(timed.median_ms, again.median_ms) * 1.05
     assert again.median_ms == pytest.approx(timed.median_ms, rel=0.10)
     assert (g0["ms"] is not None and g0["error"] is None) or (g0["ms"] is None and "captured" in g0["error"])
     assert torch.cuda.current_stream(d) == torch.cuda.default_stream(d)
@@ -421,8 +433,12 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
         graphs = [(x.get("cuda_graph") or {}).get("ms") for x in (c, pinned)]
         show(id=c["id"], auto=(c["median_ms"], c["p80_ms"]), pinned=(pinned["median_ms"], pinned["p80_ms"]),
              graph_ms=graphs, same_kernel=bars.same_kernel_bar(c, cases))  # fmt: skip
-        assert c["host_bound"] and pinned["host_bound"], (c["id"], "the short set is the host-bound one")
         assert None not in graphs and graphs[0] == pytest.approx(graphs[1], rel=0.03), (c["id"], graphs)
+    # the run has host-bound cases to tell apart (the short set's forwards: 0.11 ms against a 0.087 ms graph on
+    # the H200 at 1a75745); which backward is host-bound moves with the host: auto's packed short backward
+    # was not (0.2815 ms, graph 0.2772) where its pinned twin was (0.5894, graph 0.2766)
+    short_fwd = [c for c in ok if c["set"] == "short" and c["mode"] == "fwd"]
+    assert any(c["host_bound"] for c in short_fwd), [(c["id"], c["median_ms"]) for c in short_fwd]
 
 
 PACKED = {"name": "gdpa", "label": "gdpa_packed", "options": {"backend": "packed"}}
