@@ -33,17 +33,21 @@ TILE_EFF = "ΣLqLk / Σ⌈Lq/{t}⌉{t}·⌈Lk/{t}⌉{t} (causal: unmasked over c
 WHERE = ("kernels", "counters", "bands")  # the views of "Where the time goes", one row per case
 
 
-def _per_kernel(key: str, unit: str, counter: str, description: str, header: str = "", **kw) -> Metric:
-    """A column of `counters.kernels`: one Nsight Compute counter of one kernel; in the counters view when it
-    has a header."""
-    shown = ("counters",) if header else ()
-    return Metric(f"counters.kernels.{key}", unit, "profile", counter, description, shown=shown, header=header, **kw)
+def _block_rows(block: str, source: str, view: str = ""):
+    """The maker of one block's rows: `make(key, unit, formula, description, header="", **kw)` is the row
+    `<block>.<key>` that `source` writes; with a header it is shown in `view` (when the block has one)."""
+
+    def make(key: str, unit: str, formula: str, description: str, header: str = "", **kw) -> Metric:
+        if header and view:
+            kw.setdefault("shown", (view,))
+        return Metric(f"{block}.{key}", unit, source, formula, description, header=header, **kw)
+
+    return make
 
 
-def _length_stat(key: str, unit: str, formula: str, description: str, header: str = "", **kw) -> Metric:
-    """A key of a workload's `stats` (workloads.stats); in the report's workloads table when it has a header."""
-    shown = ("workloads",) if header else ()
-    return Metric(f"stats.{key}", unit, "lengths", formula, description, shown=shown, header=header, **kw)
+_per_kernel = _block_rows("counters.kernels", "profile", "counters")  # one Nsight Compute counter per kernel
+_length_stat = _block_rows("stats", "lengths", "workloads")  # a workload's `stats` (workloads.stats)
+_power = _block_rows("power", "energy loop")  # the case's `power` block; its views are named per row
 
 
 # fmt: off
@@ -148,51 +152,51 @@ METRICS: tuple[Metric, ...] = (
       derive=derived.power_flag("estimators_disagree")),
     Metric("power", "", "energy loop", "", "power during the energy loop (docs/DESIGN.md §5); null without the monitor",
       kind="block"),
-    Metric("power.n_samples", "count", "energy loop", "", "sampler readings in the window"),
-    Metric("power.avg_w", "W", "energy loop", "mean of the readings", "the samples' average power over the window"),
-    Metric("power.peak_w", "W", "energy loop", "max of the readings", "the highest reading", shown=("cases",),
+    _power("n_samples", "count", "", "sampler readings in the window"),
+    _power("avg_w", "W", "mean of the readings", "the samples' average power over the window"),
+    _power("peak_w", "W", "max of the readings", "the highest reading", shown=("cases",),
       header="peak W"),
     Metric("tflops_per_w", "TFLOP/s/W", "frame", "power.tflops_per_w, else tflops / power.avg_w", "efficiency",
       shown=("cases",), header="TFLOP/s/W", derive=derived.per_watt_column),
-    Metric("power.frac_at_cap", "fraction", "energy loop", "share of readings with power ≥ 0.97·cap or sw_power_cap",
+    _power("frac_at_cap", "fraction", "share of readings with power ≥ 0.97·cap or sw_power_cap",
       "how much of the loop ran at the power cap", shown=("summary", "cases"), header="at cap"),
-    Metric("power.frac_power_at_cap", "fraction", "energy loop", "share of readings with power ≥ 0.97·cap",
+    _power("frac_power_at_cap", "fraction", "share of readings with power ≥ 0.97·cap",
       "the power part of frac_at_cap"),
-    Metric("power.frac_sw_power_cap", "fraction", "energy loop", "share of readings with the sw_power_cap reason",
+    _power("frac_sw_power_cap", "fraction", "share of readings with the sw_power_cap reason",
       "the reason part of frac_at_cap"),
-    Metric("power.sm_clock_mhz_median", "MHz", "energy loop", "median SM clock of the readings", "the loop's SM clock",
+    _power("sm_clock_mhz_median", "MHz", "median SM clock of the readings", "the loop's SM clock",
       shown=("cases",), header="SM MHz"),
-    Metric("power.temperature_c_max", "°C", "energy loop", "", "the hottest reading"),
-    Metric("power.reasons", "", "energy loop", "", "clock-event reasons seen in any reading (sw_power_cap, thermal, …)",
+    _power("temperature_c_max", "°C", "", "the hottest reading"),
+    _power("reasons", "", "", "clock-event reasons seen in any reading (sw_power_cap, thermal, …)",
       kind="list", shown=("cases",), header="reasons"),
-    Metric("power.energy_j_per_call", "J", "energy loop", "avg_w_from_energy · seconds / calls",
+    _power("energy_j_per_call", "J", "avg_w_from_energy · seconds / calls",
       "energy per call from the energy counter"),
-    Metric("power.energy_source", "", "energy loop", "", "counter_ticks · counter · samples: how the energy was read",
+    _power("energy_source", "", "", "counter_ticks · counter · samples: how the energy was read",
       kind="text"),
-    Metric("power.avg_w_from_energy", "W", "energy loop", "Δ energy counter / Δt between its first and last step",
+    _power("avg_w_from_energy", "W", "Δ energy counter / Δt between its first and last step",
       "the headline power estimator"),
-    Metric("power.avg_w_from_energy_delta", "W", "energy loop", "(counter at end − at start) / seconds",
+    _power("avg_w_from_energy_delta", "W", "(counter at end − at start) / seconds",
       "the plain start/end delta, for comparison"),
-    Metric("power.energy_span_s", "s", "energy loop", "", "the time the counter figure covers", fmt="ms"),
-    Metric("power.counter_step_ms", "ms", "energy loop", "", "median time between counter updates"),
-    Metric("power.avg_w_same_span", "W", "energy loop", "mean of the readings over energy_span_s",
+    _power("energy_span_s", "s", "", "the time the counter figure covers", fmt="ms"),
+    _power("counter_step_ms", "ms", "", "median time between counter updates"),
+    _power("avg_w_same_span", "W", "mean of the readings over energy_span_s",
       "the second estimator of the same energy"),
-    Metric("power.n_samples_same_span", "count", "energy loop", "", "readings over energy_span_s"),
-    Metric("power.tflops", "TFLOP/s", "energy loop", "flops · calls / seconds / 1e12", "the loop's rate"),
-    Metric("power.tflops_per_w", "TFLOP/s/W", "energy loop", "power.tflops / headline_w", "the loop's efficiency"),
-    Metric("power.cap_w", "W", "energy loop", "", "the configured cap, else the enforced limit"),
-    Metric("power.calls", "count", "energy loop", "", "calls in the window"),
-    Metric("power.seconds", "s", "energy loop", "", "the window's length", fmt="ms"),
-    Metric("power.headline_w", "W", "energy loop", "avg_w_from_energy, else avg_w (results.power.headline_w)",
+    _power("n_samples_same_span", "count", "", "readings over energy_span_s"),
+    _power("tflops", "TFLOP/s", "flops · calls / seconds / 1e12", "the loop's rate"),
+    _power("tflops_per_w", "TFLOP/s/W", "power.tflops / headline_w", "the loop's efficiency"),
+    _power("cap_w", "W", "", "the configured cap, else the enforced limit"),
+    _power("calls", "count", "", "calls in the window"),
+    _power("seconds", "s", "", "the window's length", fmt="ms"),
+    _power("headline_w", "W", "avg_w_from_energy, else avg_w (results.power.headline_w)",
       "the one power figure a report shows"),
-    Metric("power.estimator_diff", "fraction", "energy loop", "avg_w_same_span / avg_w_from_energy − 1",
+    _power("estimator_diff", "fraction", "avg_w_same_span / avg_w_from_energy − 1",
       "how far the two estimators are apart"),
-    Metric("power.estimators_disagree", "", "energy loop", "|estimator_diff| > 5%", "flag", kind="flag"),
-    Metric("power.above_cap", "", "energy loop", "headline_w > cap_w · 1.03", "flag", kind="flag"),
-    Metric("power.settle_s", "s", "energy loop", "", "the pre-roll before the window opened", fmt="ms"),
-    Metric("power.power_source", "", "energy loop", "", "instant (NVML field) or average (~1 s NVML average)",
+    _power("estimators_disagree", "", "|estimator_diff| > 5%", "flag", kind="flag"),
+    _power("above_cap", "", "headline_w > cap_w · 1.03", "flag", kind="flag"),
+    _power("settle_s", "s", "", "the pre-roll before the window opened", fmt="ms"),
+    _power("power_source", "", "", "instant (NVML field) or average (~1 s NVML average)",
       kind="text"),
-    Metric("power.monitor_error", "", "energy loop", "", "an NVML error while the loop ran, or null", kind="text"),
+    _power("monitor_error", "", "", "an NVML error while the loop ran, or null", kind="text"),
     Metric("gpu_index", "count", "runner", "", "the GPU that ran the case (null on CPU)"),
     Metric("gpu_name", "", "runner", "", "its name", kind="text"),
     Metric("kernel_config", "", "provider", "",

@@ -13,10 +13,22 @@ from results.figures import ceiling_for
 from results.rates import unit_for
 
 TFLOPS_COLUMNS = tuple("kind panel set mode sweep max_len provider label semantics dtype tflops median_ms id".split())
-CAPTION = (
-    "Achieved TFLOP/s vs max sequence length, one line per provider (dashed: softmax), "
-    "with the datasheet peak and the measured GEMM ceiling."
-)
+
+
+def _caption(unit: str, softmax: bool, peak: bool, gemm: bool) -> str:
+    """The report's caption of what was drawn."""
+    ceilings = " and ".join(
+        x for x, shown in (("the datasheet peak", peak), ("the measured GEMM ceiling", gemm)) if shown
+    )
+    return (
+        f"Achieved {unit} vs max sequence length, one line per provider"
+        + (" (dashed: softmax)" if softmax else "")
+        + (f", with {ceilings}" if ceilings else "")
+        + "."
+    )
+
+
+CAPTION = _caption("TFLOP/s", softmax=True, peak=True, gemm=True)  # everything drawn: a GPU run
 
 
 @plot("tflops_vs_length", order=10, columns=TFLOPS_COLUMNS, caption=CAPTION)
@@ -109,16 +121,3 @@ def _title(unit: str, softmax: bool, peak: bool, gemm: bool) -> str:
     keys = [("dashed: softmax providers", softmax), ("dotted: datasheet peak", peak), ("dash-dot: measured GEMM", gemm)]
     styles = "; ".join(k for k, shown in keys if shown)
     return f"achieved {unit}" + (f" ({styles})" if styles else "")
-
-
-def _caption(unit: str, softmax: bool, peak: bool, gemm: bool) -> str:
-    """The report's caption of what was drawn (CAPTION when everything was)."""
-    ceilings = " and ".join(
-        x for x, shown in (("the datasheet peak", peak), ("the measured GEMM ceiling", gemm)) if shown
-    )
-    return (
-        f"Achieved {unit} vs max sequence length, one line per provider"
-        + (" (dashed: softmax)" if softmax else "")
-        + (f", with {ceilings}" if ceilings else "")
-        + "."
-    )
