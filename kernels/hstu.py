@@ -58,17 +58,13 @@ def hstu_n(qk_scale: float) -> int | None:
 class HSTUProvider(pc.PeerProvider):
     name = "hstu"
     peer, module, option_fields = PEER, MODULE, OPTIONS
-    semantics = "gdpa"
     process_setup_s = 30.0  # Triton autotuning of its fwd and bwd kernels, cached in-process
+    _n: int | None = None  # the N of this instance's last forward, which kernel_configs records
     autotune_bytes = TRITON_AUTOTUNE_BYTES
     description = (
         "HSTU's Triton attention (generative-recommenders triton_hstu_mha) from your checkout; "
         "silu(alpha·QKᵀ)/N, causal self-attention: GDPA with qk_scale = 1/N; fwd + bwd via its autograd"
     )
-
-    def __init__(self, options=None):
-        super().__init__(options)
-        self._n: int | None = None
 
     def _mha(self):
         return self.peer_module().triton_hstu_mha

@@ -221,7 +221,6 @@ def accept_object_annotations() -> None:
 class MetaGDPAProvider(pc.PeerProvider):
     name = "meta_gdpa"
     peer, module, option_fields = PEER, MODULE, OPTIONS
-    semantics = "gdpa"
     process_setup_s = 30.0  # Triton autotuning over its config list, per max length, cached in-process
     autotune_bytes = TRITON_AUTOTUNE_BYTES
     description = (

@@ -45,7 +45,6 @@ def sm100_reason(device: torch.device) -> str | None:
 class MetaGDPACuteProvider(pc.PeerProvider):
     name = "meta_gdpa_cute"
     peer, module, option_fields = PEER, MODULE, OPTIONS
-    semantics = "gdpa"
     process_setup_s = 30.0  # CuTe DSL JIT of its fwd and bwd kernels, cached in-process
     description = (
         "Meta's CuTe DSL GDPA (ads_model_kernel_library gdpa/src, sm100 FA4 fork) from your checkout; "

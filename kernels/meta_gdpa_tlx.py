@@ -89,7 +89,6 @@ def allow_module_globals() -> None:
 class MetaGDPATLXProvider(pc.PeerProvider):
     name = "meta_gdpa_tlx"
     peer, module, option_fields = TLX_PEER, MODULE, OPTIONS
-    semantics = "gdpa"
     process_setup_s = 60.0  # TLX compiles of its fwd and bwd kernels, cached in-process
     description = (
         "Meta's TLX GDPA megakernel (ads_model_kernel_library gdpa_megakernel, sm100, Meta's Triton fork "

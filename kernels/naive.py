@@ -74,7 +74,6 @@ def naive_gdpa(
 
 
 class _NaiveBase(Provider):
-    semantics = "gdpa"
     scores_memory = "padded"
 
     def _fn(self):

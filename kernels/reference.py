@@ -113,7 +113,6 @@ class _ReferenceBase(Provider):
 @register
 class ReferenceProvider(_ReferenceBase):
     name = "reference"
-    semantics = "gdpa"
     description = "exact GDPA, one sequence at a time in fp32 (the correctness ground truth)"
 
 

@@ -35,7 +35,6 @@ def _triton_unsupported(batch: JaggedBatch) -> str | None:
 
 
 class _GDPAOpProvider(Provider):
-    semantics = "gdpa"
     backend: ClassVar[str] = "auto"
     autotune_bytes = TRITON_AUTOTUNE_BYTES  # the Triton kernels' tiles (auto: its split candidates too)
 
