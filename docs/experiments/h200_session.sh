@@ -17,7 +17,7 @@
 # `start production` + `wait` (8 min + ncu); `env` + harness / peers groups. What one session holds (2026-12-03,
 # held seconds): machine start ~90, faults 176, harness 170 (test_baselines needs more), the production run with
 # a 1 s pre-roll 13 min (two calls), profiling 266, peers > 150: the GPU tests and a production run do not both
-# fit in 30 device minutes. Every group at one commit in one session (faults, harness 250, kernels 290, profiling
+# fit in 30 device minutes. Every group at one commit in one session (faults, harness 300, kernels 290, profiling
 # 280, peers 250: ~1300 s with the start), the production run at the same code in the next.
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
