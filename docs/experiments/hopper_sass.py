@@ -105,7 +105,7 @@ def main(names):
         report(f"gdpa fwd {name}")
         for max_q, max_kv in ((2048, 2048), (2048, 256)):  # the two backward plans of head dim 128
             plan = launch.backward_plan(128, False, max_q, max_kv)
-            launch._compile_backward(cutlass.BFloat16, 128, 1, name, False, plan, True)
+            launch._compile_backward(cutlass.BFloat16, 128, 1, name, False, plan, True, False)
             report(f"gdpa bwd {name} {plan.variant}")
 
 
