@@ -72,3 +72,15 @@ class Metric:
 
 
 # The rows in display order: a view shows its rows in this order, and a block's keys are in record order.
+
+
+def block_rows(block: str, source: str, view: str = ""):
+    """The maker of one block's rows: `make(key, unit, formula, description, header="", **kw)` is the row
+    `<block>.<key>` that `source` writes; with a header it is shown in `view` (when the block has one)."""
+
+    def make(key: str, unit: str, formula: str, description: str, header: str = "", **kw) -> Metric:
+        if header and view:
+            kw.setdefault("shown", (view,))
+        return Metric(f"{block}.{key}", unit, source, formula, description, header=header, **kw)
+
+    return make

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from results import derived
 from results.figures import intensity, min_bytes, speedup_vs_baseline
-from results.metric_row import Metric
+from results.metric_row import Metric, block_rows
 
 # tile efficiency at a t×t tile (workloads.stats.tile_efficiency; docs/DESIGN.md §4)
 TILE_EFF = "ΣLqLk / Σ⌈Lq/{t}⌉{t}·⌈Lk/{t}⌉{t} (causal: unmasked over computed tiles' pairs)"
@@ -33,21 +33,9 @@ TILE_EFF = "ΣLqLk / Σ⌈Lq/{t}⌉{t}·⌈Lk/{t}⌉{t} (causal: unmasked over c
 WHERE = ("kernels", "counters", "bands")  # the views of "Where the time goes", one row per case
 
 
-def _block_rows(block: str, source: str, view: str = ""):
-    """The maker of one block's rows: `make(key, unit, formula, description, header="", **kw)` is the row
-    `<block>.<key>` that `source` writes; with a header it is shown in `view` (when the block has one)."""
-
-    def make(key: str, unit: str, formula: str, description: str, header: str = "", **kw) -> Metric:
-        if header and view:
-            kw.setdefault("shown", (view,))
-        return Metric(f"{block}.{key}", unit, source, formula, description, header=header, **kw)
-
-    return make
-
-
-_per_kernel = _block_rows("counters.kernels", "profile", "counters")  # one Nsight Compute counter per kernel
-_length_stat = _block_rows("stats", "lengths", "workloads")  # a workload's `stats` (workloads.stats)
-_power = _block_rows("power", "energy loop")  # the case's `power` block; its views are named per row
+_per_kernel = block_rows("counters.kernels", "profile", "counters")  # one Nsight Compute counter per kernel
+_length_stat = block_rows("stats", "lengths", "workloads")  # a workload's `stats` (workloads.stats)
+_power = block_rows("power", "energy loop")  # the case's `power` block; its views are named per row
 
 
 # fmt: off
