@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.gdpa.grid_math import cdiv
+
 UNBOUNDED = 2**31 - 1  # the kernels' "no upper bound" (int32)
 
 
@@ -90,7 +92,7 @@ def used_lengths(q_offsets: torch.Tensor, kv_offsets: torch.Tensor, band: Band) 
     used_kv = torch.empty_like(used_q)
     if n_seqs:
         block = 1024
-        _used_lengths_kernel[(triton.cdiv(n_seqs, block),)](
+        _used_lengths_kernel[(cdiv(n_seqs, block),)](
             q_offsets, kv_offsets, used_q, used_kv, n_seqs, band.lo, band.hi_arg, BLOCK=block
         )
     return used_q, used_kv

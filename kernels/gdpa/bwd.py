@@ -19,6 +19,7 @@ from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_bwd_scaled
 from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
+from kernels.gdpa.grid_math import cdiv
 from kernels.gdpa.stages import dkdv_step, store_dkdv
 from kernels.gdpa.tiles import triton_config
 
@@ -245,7 +246,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, dkdv_tiles=None, dq_tiles=N
             gdpa_bwd_dkdv_kernel,
             gdpa_bwd_dkdv_kernel_tuned,
             args,
-            lambda block_m, block_n: (triton.cdiv(max(max_kv, 1), block_n), n_seqs * call.heads_kv),
+            lambda block_m, block_n: (cdiv(max(max_kv, 1), block_n), n_seqs * call.heads_kv),
             dkdv_tiles,
             q.device,
             record,
@@ -257,7 +258,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, dkdv_tiles=None, dq_tiles=N
             gdpa_bwd_dq_kernel,
             gdpa_bwd_dq_kernel_tuned,
             args,
-            lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), n_seqs * call.heads),
+            lambda block_m, block_n: (cdiv(max(max_q, 1), block_m), n_seqs * call.heads),
             dq_tiles,
             q.device,
             record,

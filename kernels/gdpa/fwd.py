@@ -14,6 +14,7 @@ from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_scaled
 from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
+from kernels.gdpa.grid_math import cdiv
 from kernels.gdpa.tiles import triton_config
 
 
@@ -200,7 +201,7 @@ def forward(call: GDPACall, band: Band = WHOLE, tiles=None, out=None, record=Non
         gdpa_fwd_kernel,
         gdpa_fwd_kernel_tuned,
         args,
-        lambda block_m, block_n: (triton.cdiv(max(max_q, 1), block_m), call.batch * call.heads),
+        lambda block_m, block_n: (cdiv(max(max_q, 1), block_m), call.batch * call.heads),
         tiles,
         q.device,
         record,

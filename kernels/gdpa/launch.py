@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import triton
 
 from kernels.gdpa.bands import Band
 from kernels.gdpa.call import GDPACall
+from kernels.gdpa.grid_math import next_power_of_2
 from kernels.gdpa.tiles import launch_kwargs, tiles_of
 
 # The CPU interpreter runs one fixed tile unless the caller pins one (autotuning it would only cost time)
@@ -27,7 +27,7 @@ TUNING_KEY = ["max_q_bucket", "max_kv_bucket", "rows_q_bucket", "rows_kv_bucket"
 
 
 def _bucket(n: int) -> int:
-    return triton.next_power_of_2(max(int(n), 16))
+    return next_power_of_2(max(int(n), 16))
 
 
 def tuning_key(call: GDPACall, band: Band) -> dict:

@@ -21,6 +21,7 @@ import triton.language as tl
 from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_scaled
 from kernels.gdpa.call import GDPACall
+from kernels.gdpa.grid_math import next_power_of_2
 from kernels.gdpa.packed_plan import MAXSEQ, PackPlan, load_pack, partner_ranges
 
 
@@ -245,7 +246,7 @@ def plan_arguments(call: GDPACall, plan: PackPlan) -> dict:
         max_packs=plan.max_packs,
         alpha=call.alpha,
         qk_scale=call.qk_scale,
-        rows_q_bucket=triton.next_power_of_2(max(call.rows_q, 16)),
+        rows_q_bucket=next_power_of_2(max(call.rows_q, 16)),
         band_lo=plan.band.lo,
         band_hi=plan.band.hi_arg,
         GROUPS=call.groups,

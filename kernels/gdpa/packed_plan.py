@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa.bands import Band
+from kernels.gdpa.grid_math import cdiv, next_power_of_2
 
 MAXSEQ = 16  # batch positions per pack: the kernels map rows to sequences with a [rows, MAXSEQ] compare
 CHUNK = 64  # consecutive batch sequences walked by one lane; packs never span two chunks
@@ -195,7 +196,7 @@ def build(q_offsets: torch.Tensor, kv_offsets: torch.Tensor, band: Band, pack: i
     n_seqs = q_offsets.shape[0] - 1
     max_packs = max(n_seqs, 1)  # every pack holds a sequence; the kernels read the true count
     buffer = torch.empty(HEADER + max_packs * (4 + 4 * MAXSEQ), dtype=torch.int32, device=q_offsets.device)
-    lanes = min(128, max(16, triton.next_power_of_2(triton.cdiv(max(n_seqs, 1), CHUNK))))
+    lanes = min(128, max(16, next_power_of_2(cdiv(max(n_seqs, 1), CHUNK))))
     pack_plan_kernel[(1,)](
         q_offsets,
         kv_offsets,

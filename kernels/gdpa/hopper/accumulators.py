@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.gdpa.grid_math import cdiv
+
 BLOCK = 4096  # fp32 elements a program zeroes (per head)
 
 
@@ -41,8 +43,8 @@ def zeros_for_band(
     if used is None:
         return torch.zeros(heads, rows * hdim, dtype=torch.float32, device=offsets.device)
     accum = torch.empty(heads, rows * hdim, dtype=torch.float32, device=offsets.device)
-    span_max = triton.cdiv(max(int(max_len), 1), tile) * tile * hdim
+    span_max = cdiv(max(int(max_len), 1), tile) * tile * hdim
     if used.numel() and accum.numel():
-        grid = (used.numel(), triton.cdiv(span_max, BLOCK))
+        grid = (used.numel(), cdiv(span_max, BLOCK))
         _zero_band_tiles[grid](accum, offsets, used, heads, accum.stride(0), TILE=tile, HDIM=hdim, BLOCK=BLOCK)
     return accum
