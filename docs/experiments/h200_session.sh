@@ -9,6 +9,9 @@
 #   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | h200: a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
+#   bash docs/experiments/h200_session.sh tests-start G[:S] ...  # GPU-test groups (gpu_tests.sh G S) or commands,
+#                                                        # detached, one chain after another: they outlive the call
+#   bash docs/experiments/h200_session.sh tests-wait [S]  # until every chain ends (or S s), logs to $OUT
 # Before the first call, here: `bash docs/experiments/prepare_h200_session.sh [--pending] [--fbtriton]` makes
 # every carried folder below (they do not survive a session).
 # A call carries at most 64 MiB with the tracked tree (~9 MB): .fa4/p2 (38) + .hk (~10) fit, .peers (10) beside
@@ -115,6 +118,35 @@ wait)
   else
     echo "still running"
   fi
+  ;;
+tests-start)
+  # The GPU keeps working through the gaps between device calls (held time either way), and no group has to
+  # fit what is left of one call's 600 s. Chains run one at a time (flock), in the order they were started.
+  shift
+  mkdir -p /tmp/gt
+  id=$(date +%s%N)
+  touch "/tmp/gt/pending.$id"
+  steps=""
+  for a in "$@"; do
+    case $a in
+    kernels* | profiling* | harness* | faults* | peers*)
+      g=${a%%:*} lim=${a#*:}; [ "$lim" = "$a" ] && lim=450
+      steps+="echo \"[\$(date +%T)] $g\"; OUT=/tmp/gt bash docs/experiments/gpu_tests.sh $g $lim > /tmp/gt/$g.out 2>&1; "
+      steps+="tail -n 8 /tmp/gt/$g.out; " ;;
+    *) steps+="echo \"[\$(date +%T)] + $a\"; ( $a ) >> /tmp/gt/commands.log 2>&1; " ;;
+    esac
+  done
+  setsid nohup flock /tmp/gt/lock bash -c "$steps rm -f /tmp/gt/pending.$id" >> /tmp/gt/chain.log 2>&1 < /dev/null &
+  echo "started chain $id: $*"
+  ;;
+tests-wait)
+  for _ in $(seq 1 $(( ${2:-540} / 5 ))); do
+    compgen -G "/tmp/gt/pending.*" > /dev/null || break
+    sleep 5
+  done
+  cat /tmp/gt/chain.log
+  compgen -G "/tmp/gt/pending.*" > /dev/null && echo "still running" || echo "every chain ended"
+  cp /tmp/gt/*.log /tmp/gt/*.out /tmp/gt/*.json "$OUT/" 2>/dev/null
   ;;
 bands)
   python3 docs/experiments/bands_gpu.py 2>&1 | tee "$OUT/bands_gpu.log" | tail -12
