@@ -440,3 +440,27 @@ def test_autotune_key_tells_a_half_filled_batch_from_a_full_one():
     assert tuning_key(call(full), Band(0, 128)) != tuning_key(call(full), WHOLE)
     for tuned in (fwd.gdpa_fwd_kernel_tuned, bwd.gdpa_bwd_dkdv_kernel_tuned, bwd.gdpa_bwd_dq_kernel_tuned):
         assert set(TUNING_KEY) <= set(tuned.keys)
+
+
+@pytest.mark.gpu
+def test_gpu_auto_times_a_long_candidate_on_several_calls_a_round():
+    """auto's candidate rounds (kernels/gdpa/choice.py): a ~9 ms call is timed on at least 5 calls a round
+    after one that sizes the round (do_bench(rep=10) timed it once: hstu_sl unsorted forward on the H200 at
+    1a75745 chose a plan 5% behind gdpa_hopper), a 50 µs call on at most 100, and the round's median is the
+    call's time (CUDA events around a spin of known length, ~5% at the H200's clocks)."""
+    from kernels.gdpa import choice
+
+    flush = torch.empty(choice.FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    for target_ms, lo, hi in ((9.0, 6, 6), (0.05, 101, 101)):
+        torch.cuda.synchronize()
+        probe_start, probe_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        probe_start.record()
+        torch.cuda._sleep(1_000_000)
+        probe_end.record()
+        probe_end.synchronize()
+        cycles = int(1_000_000 * target_ms / probe_start.elapsed_time(probe_end))
+        calls = []
+        ms = choice._time_ms(lambda c=cycles, n=calls: (n.append(1), torch.cuda._sleep(c)), flush)
+        print(f"target {target_ms} ms: round median {ms:.4f} ms over {len(calls)} calls")
+        assert lo <= len(calls) <= hi
+        assert ms == pytest.approx(target_ms, rel=0.25)

@@ -4,8 +4,8 @@ keeps the fastest for every later call of that class in the process.
 The backends' speed depends on the length distribution, which the host cannot see without reading the
 offsets back: the same max length and batch size can be log-normal (Triton wins) or uniform (Hopper wins),
 and a fixed rule loses up to 25% somewhere. So auto does what Triton's autotuner does for tiles: it times
-each candidate (interleaved, `ROUNDS` times, judged by the median; a plan of several launches must beat the
-fastest one-backend plan by `SPLIT_MARGIN`) once per key — the host facts that shape
+each candidate (interleaved, `ROUNDS` rounds of at least 5 calls, judged by the median; a plan of several
+launches must beat the fastest one-backend plan by `SPLIT_MARGIN`) once per key — the host facts that shape
 the work (device, dtype, head dim, heads, activation, causal, self-attention, and batch size, total rows and
 max lengths each rounded up to 3 significant bits) — and caches the winner. That first call waits for the
 GPU (a host sync, like the autotuner's); every later call of the key reads nothing back. On a CPU, while a
@@ -62,10 +62,33 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _time_ms(fn: Callable[[], object]) -> float:
-    from triton.testing import do_bench
+ROUND_MS = 10.0  # GPU time one candidate's round aims at
+ROUND_SAMPLES = (5, 100)  # calls per round, at least and at most
+FLUSH_BYTES = 256 << 20  # over the H200's 50 MB L2, as do_bench's buffer
 
-    return float(do_bench(fn, warmup=2, rep=10, return_mode="median"))
+
+def _time_ms(fn: Callable[[], object], flush: torch.Tensor) -> float:
+    """One round's median: about ROUND_MS of calls and never fewer than ROUND_SAMPLES[0], L2 flushed before
+    each, events around the call alone. do_bench(rep=10) gave a 9 ms call one sample a round (H200, 1a75745:
+    hstu_sl unsorted forward ran a plan 5% behind gdpa_hopper on 3 samples each)."""
+    events = []
+    flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    lo, hi = ROUND_SAMPLES
+    n = max(lo, min(hi, int(ROUND_MS / max(start.elapsed_time(end), 1e-3))))
+    for _ in range(n):
+        flush.zero_()
+        pair = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        pair[0].record()
+        fn()
+        pair[1].record()
+        events.append(pair)
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in events)
 
 
 def plan_for(
@@ -90,9 +113,11 @@ def plan_for(
         # clock drifts over the tens of ms this takes, and one pass in order gave the last candidates the
         # slower clock (uniform max 2048 on the H200 ran a plan 7% behind the fastest one)
         rounds = {label(stages): [] for stages in found}
+        flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=call.q.device)
         for _ in range(ROUNDS):
             for stages in found:
-                rounds[label(stages)].append(_time_ms(lambda stages=stages: run(stages)))
+                rounds[label(stages)].append(_time_ms(lambda stages=stages: run(stages), flush))
+        del flush
         times = {name: round(statistics.median(ms), 4) for name, ms in rounds.items()}
         best = min(times, key=times.get)
         single = min((label(s) for s in found if len(s) == 1), key=times.get, default=None)
