@@ -451,14 +451,15 @@ def test_gpu_auto_times_a_long_candidate_on_several_calls_a_round():
     from kernels.gdpa import choice
 
     flush = torch.empty(choice.FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    torch.cuda._sleep(1000)  # the spin kernel's first launch loads it (inside a probe, it made 9 ms 0.34)
     for target_ms, lo, hi in ((9.0, 6, 6), (0.05, 101, 101)):
         torch.cuda.synchronize()
         probe_start, probe_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         probe_start.record()
-        torch.cuda._sleep(1_000_000)
+        torch.cuda._sleep(2_000_000)
         probe_end.record()
         probe_end.synchronize()
-        cycles = int(1_000_000 * target_ms / probe_start.elapsed_time(probe_end))
+        cycles = int(2_000_000 * target_ms / probe_start.elapsed_time(probe_end))
         calls = []
         ms = choice._time_ms(lambda c=cycles, n=calls: (n.append(1), torch.cuda._sleep(c)), flush)
         print(f"target {target_ms} ms: round median {ms:.4f} ms over {len(calls)} calls")
