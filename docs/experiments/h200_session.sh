@@ -22,6 +22,9 @@
 # a 1 s pre-roll 13 min (two calls), profiling 266, peers > 150: the GPU tests and a production run do not both
 # fit in 30 device minutes. Every group at one commit in one session (faults, harness 300, kernels 290, profiling
 # 280, peers 250: ~1300 s with the start), the production run at the same code in the next.
+# 2026-12-04: `fa4-1` + `tests-start faults:250`, then `fa4-2` (carry .fa4/p2 .peers) + `tests-start kernels:300
+# harness:360 profiling:320 peers:260` + `tests-wait`, then `tests-wait` again: every group in 15 min 40 s of
+# chain, ~18 min held with the start; what is left holds a rerun of a file or a short check run, not a production run.
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
 # install.sh (joins the pieces, installs into /tmp/site). Make them here:
