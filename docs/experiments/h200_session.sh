@@ -97,8 +97,11 @@ start)
     start production-h200 runs/production-full.yaml
     ;;
   peers)
+    # issue 33's run: every meta_gdpa label (meta_gdpa_ws in fbtriton's site folder: `fbtriton` first), gdpa,
+    # fa4, hstu, forward and backward (176 cases; `bench list` estimates ~12 min at the config's 1 s windows)
     python3 docs/experiments/derive_config.py configs/peers-h200.yaml runs/peers-fast.yaml $windows
-    start peers-h200 runs/peers-fast.yaml --providers meta_gdpa,gdpa,fa4,flex_attention,hstu --only "'/(fwd|bwd)/'"
+    start peers-h200 runs/peers-fast.yaml --providers meta_gdpa,meta_gdpa_tma,meta_gdpa_persistent,meta_gdpa_ws,gdpa,fa4,hstu \
+      --only "'/(fwd|bwd)/'"
     ;;
   h200)
     python3 docs/experiments/derive_config.py configs/h200.yaml runs/h200-fast.yaml $windows
