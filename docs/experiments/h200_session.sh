@@ -25,6 +25,9 @@
 # 2026-12-04: `fa4-1` + `tests-start faults:250`, then `fa4-2` (carry .fa4/p2 .peers) + `tests-start kernels:300
 # harness:360 profiling:320 peers:260` + `tests-wait`, then `tests-wait` again: every group in 15 min 40 s of
 # chain, ~18 min held with the start; what is left holds a rerun of a file or a short check run, not a production run.
+# 2026-12-04, second session: `fa4-1` (38 s), `fa4-2 "start production-full; wait production-h200 105"` (552 s),
+# `wait production-h200 110` (498 s): the production run with the config's own 1 s windows, 16 min 30 s; then
+# 8 min of short calls (a pending patch applied on the device copy, its GPU tests and a 12-case A/B, two ncu passes).
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
 # install.sh (joins the pieces, installs into /tmp/site). Make them here:
