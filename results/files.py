@@ -15,6 +15,7 @@ import json
 import math
 import os
 import secrets
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -184,9 +185,26 @@ def make_dir(path: Path) -> None:
 
 
 def results_path(path: str | Path) -> Path:
-    """The results.json for `path` (a run folder or the file itself)."""
+    """The results file for `path` (a run folder or the file itself): the folder's results.json, or its
+    gzip-compressed results.json.gz where only that is there (how a committed example run keeps the tracked
+    tree small, as it keeps power.csv.gz: tests/test_small_tree.py). Runs write results.json, never the .gz."""
     p = Path(path)
-    return p / "results.json" if p.is_dir() else p
+    if not p.is_dir():
+        return p
+    plain, packed = p / "results.json", p / "results.json.gz"
+    return packed if packed.exists() and not plain.exists() else plain
+
+
+def _gunzip(raw: bytes, limit: int, where: str) -> bytes:
+    """`raw` decompressed, refused (one line) past `limit` bytes or when it is no gzip stream."""
+    inflate = zlib.decompressobj(wbits=31)  # gzip framing
+    try:
+        out = inflate.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise ResultsError(f"{where}: not gzip ({exc}); allowed: a results.json, or it gzipped") from None
+    if len(out) > limit or inflate.unconsumed_tail:
+        raise ResultsError(f"{where}: decompresses past {limit // MiB} MiB; allowed: a results.json of at most that")
+    return out
 
 
 def read_results(path: str | Path) -> dict:
@@ -200,7 +218,10 @@ def read_results(path: str | Path) -> dict:
             where = f"{path}: no results.json in this folder" if Path(path).is_dir() else f"{p}: no such file"
             raise ResultsError(where)
         # bounded, never a FIFO; depth, integer width and key types checked (support.inputs)
-        data = load_json(read_regular(p, kind="a results.json file", max_bytes=MAX_RESULTS_BYTES, what=str(p)), str(p))
+        raw = read_regular(p, kind="a results.json file", max_bytes=MAX_RESULTS_BYTES, what=str(p))
+        if p.name.endswith(".gz"):
+            raw = _gunzip(raw, MAX_RESULTS_BYTES, str(p))
+        data = load_json(raw, str(p))
     except InputError as e:
         raise ResultsError(str(e)) from None
     if not isinstance(data, dict):

@@ -16,6 +16,7 @@ import torch
 from bench.cli.parser import main
 from bench.profiling import breakdown as bd
 from bench.profiling import trace_events as te
+from results.files import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN, AUTOGRAD = 100, 200  # thread ids: the calling thread, autograd's device thread
@@ -245,9 +246,7 @@ def test_the_committed_h200_trace_opens_as_perfetto_json(tmp_path):
     import gzip
 
     run = ROOT / "docs" / "example-h200-production"
-    cases = [
-        c for c in json.loads((run / "results.json").read_text())["cases"] if (c.get("kernels") or {}).get("trace")
-    ]
+    cases = [c for c in read_results(run)["cases"] if (c.get("kernels") or {}).get("trace")]
     assert cases, "the committed production run lost its trace"
     for c in cases:
         plain = tmp_path / Path(c["kernels"]["trace"]).name

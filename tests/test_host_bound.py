@@ -240,7 +240,7 @@ def test_the_issue_bars_script_reads_a_run_folder(tmp_path):
             cuda_graph={"ms": 0.301},
         ),
     ]
-    (tmp_path / "results.json").write_text(json.dumps({"cases": cases}))
+    (tmp_path / "results.json").write_text(json.dumps({"schema": "gdpa-bench/1", "cases": cases}))
     ranges = [{"ph": "X", "cat": "user_annotation", "name": "gdpa_bench::call", "pid": 1, "tid": 1, "ts": 10 * i,
                "dur": 5} for i in range(3)]  # fmt: skip
     (tmp_path / "traces").mkdir()

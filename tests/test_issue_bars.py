@@ -22,7 +22,7 @@ def _case(shape: str, label: str, ms: float, status: str = "ok", **extra) -> dic
 def _run(tmp_path: Path, name: str, cases: list[dict]) -> Path:
     run = tmp_path / name
     run.mkdir()
-    (run / "results.json").write_text(json.dumps({"cases": cases}))
+    (run / "results.json").write_text(json.dumps({"schema": "gdpa-bench/1", "cases": cases}))
     return run
 
 

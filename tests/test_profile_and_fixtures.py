@@ -7,6 +7,7 @@ import torch
 
 from kernels.activations import ACTIVATIONS, TORCH_NATIVE
 from reports.render import render_report
+from results.files import read_results
 from results.frame import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def test_real_h200_baseline_renders(tmp_path):
 
 def test_committed_example_report_is_complete():
     ex = ROOT / "docs" / "example-h200"
-    data = json.loads((ex / "results.json").read_text())
+    data = read_results(ex)
     assert data["meta"]["gpu"] == "NVIDIA H200"
     for name in ("tflops_vs_length", "speedup", "power_timeline", "roofline", "workload_lengths"):
         assert (ex / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name

@@ -1,7 +1,8 @@
 """The tree stays small (issue 32): a fresh clone and every copy of the tree carry at most 10 MB of tracked
 files. Committed example runs keep what a reader opens on the web (report.md, the plots as palette PNGs,
 results.json, logs); `gdpa-bench report DIR` writes the rest again. A run folder may keep its power
-timeline gzip-compressed (power.csv.gz): its readers read it as power.csv."""
+timeline and its results gzip-compressed (power.csv.gz, results.json.gz): their readers read them as
+power.csv and results.json."""
 
 from __future__ import annotations
 
@@ -63,3 +64,41 @@ def test_committed_example_plots_are_palette_pngs():
         data = p.read_bytes()
         palette = data[25] == 3  # the IHDR colour type
         assert palette or compact_png(data) == data, f"{p.relative_to(ROOT)}: not a palette PNG"
+
+
+def test_a_gzipped_results_json_reads_as_the_results_json(tmp_path, capsys):
+    """A committed example run may keep results.json gzipped (it is most of such a run's bytes): report,
+    table and the history read the folder as they read the plain one; a folder with both reads the plain
+    file; a broken or oversized gzip is one line."""
+    from bench.cli.parser import main
+    from results.files import ResultsError, read_results, results_path
+    from results.history_store import read_run
+
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "run_h200", plain)
+    shutil.copytree(plain, packed)
+    with (packed / "results.json").open("rb") as src, gzip.open(packed / "results.json.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    (packed / "results.json").unlink()
+    assert results_path(packed) == packed / "results.json.gz" and results_path(plain) == plain / "results.json"
+    assert read_results(packed) == read_results(plain)
+    assert read_run(packed)[0]["run_id"] == read_run(plain)[0]["run_id"]
+    tables = []
+    for folder in (plain, packed):
+        assert main(["table", str(folder)]) == 0
+        tables.append(capsys.readouterr().out)
+    assert tables[0].count("|") > 10 and tables[0] == tables[1]
+    assert main(["report", str(packed)]) == 0 and (packed / "report.md").exists()
+    (packed / "results.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(ResultsError, match=r"results\.json\.gz: not gzip .*; allowed: a results.json, or it gzipped"):
+        read_results(packed)
+    import results.files as files
+
+    (packed / "results.json.gz").write_bytes(gzip.compress(b" " * 4096))
+    original = files.MAX_RESULTS_BYTES
+    files.MAX_RESULTS_BYTES = 1024
+    try:
+        with pytest.raises(ResultsError, match="decompresses past"):
+            read_results(packed)
+    finally:
+        files.MAX_RESULTS_BYTES = original

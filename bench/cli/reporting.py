@@ -40,15 +40,16 @@ def report(args: argparse.Namespace) -> int:
     from bench.sweep.rundir import folder_option
     from reports.render import render_report
     from results.checks import check_report_fields, check_results
-    from results.files import ResultsError
+    from results.files import ResultsError, results_path
 
     run_dir = folder_option(args.run_dir, "report")
-    if not (run_dir / "results.json").exists():
+    source = results_path(run_dir)  # results.json, or the results.json.gz a committed run keeps
+    if not source.exists():
         raise UsageError(f"{run_dir}: no results.json in this folder")
     data = _read(str(run_dir))
     try:
-        check_results(data, str(run_dir / "results.json"))  # what compare accepts, and nothing else
-        check_report_fields(data, str(run_dir / "results.json"))  # and what the plots draw with
+        check_results(data, str(source))  # what compare accepts, and nothing else
+        check_report_fields(data, str(source))  # and what the plots draw with
     except ResultsError as exc:
         raise UsageError(str(exc)) from None
     if args.baseline is not None:
@@ -56,7 +57,7 @@ def report(args: argparse.Namespace) -> int:
         labels = list(dict.fromkeys(str(c["provider"]) for c in cases if c.get("provider") is not None))
         if args.baseline not in labels:
             raise UsageError(
-                f"--baseline {args.baseline}: not a provider of {run_dir / 'results.json'}; allowed: "
+                f"--baseline {args.baseline}: not a provider of {source}; allowed: "
                 + (", ".join(labels) or "none (no case records a provider)")
             )
     try:

@@ -14,11 +14,14 @@ per comparison, the failing ones marked; exit 1 when any bar fails.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from results.files import read_results, results_path
 
 # set -> (fwd bar, bwd bar): fa4 time / gdpa time
 PRODUCTION = {
@@ -39,7 +42,7 @@ PEER_GEO = {"meta_gdpa": {"fwd": 1.25, "bwd": 1.25}, "fa4": {"fwd": 1.35, "bwd":
 
 def shapes(run: Path) -> dict[str, dict[str, dict]]:
     """{case id without its label: {label: case}} of a run folder's results.json."""
-    cases = json.loads((run / "results.json").read_text())["cases"]
+    cases = read_results(run)["cases"]
     out: dict[str, dict[str, dict]] = defaultdict(dict)
     for c in cases:
         out[c["id"].rsplit("/", 1)[0]][c["provider"]] = c
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     for run, check in ((args.production, check_production), (args.peers, check_peers)):
         if run is None:
             continue
-        if not (run / "results.json").is_file():
+        if not results_path(run).is_file():
             print(f"error: {run}: no results.json (a run folder of gdpa-bench run)", file=sys.stderr)
             return 2
         failed += check(run, lines)

@@ -17,7 +17,6 @@ Each case's `power` (bench/monitor, energy loop of ~1 s) holds three estimates o
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from results.drift import drift  # noqa: E402  (the repository on the path first)
+from results.files import read_results  # noqa: E402
 
 
 def _pct(a) -> str:
@@ -35,7 +35,7 @@ def _pct(a) -> str:
 
 
 def main(run_dir: Path) -> None:
-    data = json.loads((run_dir / "results.json").read_text())
+    data = read_results(run_dir)
     meta = data["meta"]
     cap = float(meta.get("power_cap_w") or meta.get("enforced_power_limit_w"))
     ok = [c for c in data["cases"] if c["status"] == "ok" and c.get("power")]

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.profiling.trace_events import CALL_RANGE, complete_events, host_ranges  # noqa: E402
 from results.figures import judged_kernel_ms  # noqa: E402
+from results.files import read_results  # noqa: E402
 
 RATIO = (0.95, 1.05)
 GAPS = 0.90  # down to here a multi-kernel call's missing share is its launch gaps (below: host-bound)
@@ -168,7 +169,7 @@ def main() -> int:
     a = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     a.add_argument("run", type=Path)
     run = a.parse_args().run
-    cases = {c["id"]: c for c in json.loads((run / "results.json").read_text())["cases"]}
+    cases = {c["id"]: c for c in read_results(run)["cases"]}
     ok = [c for c in cases.values() if c.get("status") == "ok"]
     failed, traces = 0, 0
     for c in ok:
