@@ -21,7 +21,12 @@ label is skipped with the reason. With the fork (`fbtriton`, in the entry's own 
 bench.sweep.environments) its WS autotune configs pass `num_consumer_groups` / `num_buffers_warp_spec` (:361,
 :1849; BLOCK_N 32 is left out, "32 will cause ws hang", :368); before the first case the provider builds
 Meta's WS kernels once on a small batch (`ws_build_check`), so a fork that cannot build them for this GPU
-skips the label with what failed (the compiler's log is the traceback in the run's errors.log).
+skips the label with what failed: the failing source line of Meta's kernel and the compiler's message
+(`compile_error_summary`), the compiler's log the traceback in the run's errors.log. The PyPI forks do not
+build them for sm_90a at 2c128ab: fbtriton 3.6.1 and 3.7.4 accept the two config keywords and drop them, and
+Meta's TMA descriptors, sized BLOCK // NUM_CONSUMER_GROUPS rows, then meet BLOCK-row accumulators in the
+front end (`acc = tl.dot(p, v, acc)`: "accumulator shape is incompatible"; the backward's
+`dv += tl.dot(ppT, do)`) — docs/experiments/meta_ws_compile.py cross-compiles them without a GPU.
 """
 
 from __future__ import annotations
@@ -160,13 +165,41 @@ def ws_build_check(provider, device: torch.device) -> None:
         torch.cuda.synchronize(device)
     except Exception as exc:
         major, minor = torch.cuda.get_device_capability(device)
-        lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
-        what = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""  # a compile error: where, what
         raise RuntimeError(
             f"enable_ws: Meta's warp-specialized kernels do not build here (triton {triton.__version__} from "
             f"{os.path.dirname(triton.__file__)}, sm_{major}{minor}; the compiler's log: errors.log): "
-            f"{type(exc).__name__}: {one_line(what)}"
+            f"{compile_error_summary(exc)}"
         ) from exc
+
+
+def compile_error_summary(exc: BaseException) -> str:
+    """One line saying what a build failure was. A Triton front-end error is a chain of CompilationErrors, one
+    per jitted call on the way down, whose outermost one shows only the call site and a caret (what
+    `str(exc)` gives); the chain is read to its end: each level's source line (`a -> b -> the failing line`)
+    and the innermost message, or the root exception's, with its type. Anything else: its type, and the first
+    and last lines of its text."""
+    chain, seen, e = [], set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__
+    levels = [c for c in chain if type(c).__name__ == "CompilationError" and getattr(c, "node", None) is not None]
+    if not levels:
+        lines = [x.strip() for x in str(exc).strip().splitlines() if x.strip()]
+        what = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""
+        return f"{type(exc).__name__}: {one_line(what)}"
+
+    def source_line(err) -> str:
+        lineno = getattr(err.node, "lineno", None)
+        src_lines = (err.src or "").split("\n")
+        text = src_lines[lineno - 1].strip() if lineno and lineno <= len(src_lines) else "?"
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    inner, root = levels[-1], chain[-1]
+    # the root cause chained below the innermost level (fbtriton), or in its message (stock Triton's repr)
+    message = f"{type(root).__name__}: {root}" if root is not inner else (inner.error_message or "no message")
+    path = " -> ".join(f"`{source_line(c)}`" for c in levels)
+    return one_line(f"CompilationError at {path}: {message}")
 
 
 def store_reduce_reason() -> str | None:

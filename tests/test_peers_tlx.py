@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 from bench.case.gate import correctness
 from bench.config.models import load_config
@@ -177,3 +179,59 @@ def test_a_ws_label_is_built_once_before_its_cases_and_says_what_failed(monkeypa
     assert df.iloc[0]["error"].startswith("availability check failed: RuntimeError: enable_ws: Meta's warp-spec")
     log = (tmp_path / "run" / "errors.log").read_text()
     assert "(availability of meta_gdpa_ws)" in log and "FakeCompilationError" in log and "tl.async_task" in log
+
+
+def _inner_dot(acc, p, v):
+    return tl.dot(p, v, acc)
+
+
+def _outer_dot(X, BLOCK: tl.constexpr):
+    p = tl.zeros([BLOCK // 2, BLOCK], tl.float16)
+    v = tl.zeros([BLOCK, BLOCK], tl.float16)
+    acc = tl.zeros([BLOCK, BLOCK], tl.float32)
+    acc = _inner_jit(acc, p, v)
+    tl.store(X + tl.arange(0, BLOCK), tl.sum(acc, 0))
+
+
+# compiled, not interpreted, whatever TRITON_INTERPRET says: the error chain is the compiler's
+_inner_jit = JITFunction(_inner_dot)
+
+
+def _front_end_error() -> BaseException:
+    """A real Triton front-end failure, compiled for sm_90 without a GPU (the front end runs before any
+    backend pass): an accumulator of the wrong shape one jitted call down, as Meta's WS forward hits it with
+    fbtriton 3.6.1 and 3.7.4 (`acc = tl.dot(p, v, acc)`: "accumulator shape is incompatible")."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(JITFunction(_outer_dot), signature={"X": "*fp32", "BLOCK": "constexpr"}, constexprs={"BLOCK": 64})
+    try:
+        triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    except Exception as exc:
+        return exc
+    raise AssertionError("the mismatched accumulator compiled")
+
+
+def test_a_ws_build_failure_names_the_failing_line_and_the_compilers_message(monkeypatch):
+    """Triton's outermost CompilationError shows only the call site and a caret; the skip reason reads the
+    chain to its end: every jitted call's line down to the failing one, and the innermost message."""
+    exc = _front_end_error()
+    assert str(exc).strip().splitlines()[-1].strip() == "^"  # what the reason used to end with
+    options = {"path": str(META_FIX), "enable_tma": True, "enable_ws": True, "bwd_opt_tech": "tma_ws"}
+    p = get_provider("meta_gdpa", options)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+
+    def broken(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(p, "forward", broken)
+    with pytest.raises(RuntimeError) as got:
+        meta_gdpa.ws_build_check(p, CPU)
+    msg = str(got.value)
+    where = "CompilationError at `acc = _inner_jit(acc, p, v)` -> `return tl.dot(p, v, acc)`: AssertionError"
+    tail = msg.split("errors.log): ", 1)[1]
+    assert tail.startswith(where) and tail.endswith("accumulator shape is incompatible')"), msg
+    assert "\n" not in msg and got.value.__cause__ is exc
+    assert meta_gdpa.compile_error_summary(ValueError("first\nlast")) == "ValueError: first ... last"
