@@ -411,9 +411,10 @@ def test_chromium_screenshot_of_history(history, tmp_path, capsys):
 
 
 def test_the_committed_example_history_holds_the_h200_runs():
-    """The three committed example runs, and the production runs before the committed one (2026-12-01 at
-    c342903, 2026-12-02 at 1a238a1 and at e0f4875, 2026-12-03 at fcd901e, df8f6ae and 1a75745, replaced in docs/
-    by the run of 2026-12-04 at f50d6fb, the configs' own 1 s windows): a history across commits."""
+    """The three committed example runs, and the runs they replaced: production 2026-12-01 at c342903,
+    2026-12-02 at 1a238a1 and at e0f4875, 2026-12-03 at fcd901e, df8f6ae and 1a75745 (replaced in docs/ by the
+    run of 2026-12-04 at f50d6fb, the configs' own 1 s windows); peers 2026-12-01 at c342903 (replaced by the
+    run of 2026-12-04 at fff8d14): a history across commits."""
     store = open_store(ROOT / "docs" / "example-history")
     ids = {
         read_run(ROOT / "docs" / d)[0]["run_id"]
@@ -421,7 +422,7 @@ def test_the_committed_example_history_holds_the_h200_runs():
     }
     assert ids <= {e["run_id"] for e in store.runs}
     names = sorted(e["config_name"] for e in store.runs)
-    assert names == ["h200", "peers-h200"] + ["production"] * 7
+    assert names == ["h200"] + ["peers-h200"] * 2 + ["production"] * 7
     assert len(store.frame()) == sum(e["cases"] for e in store.runs)  # every file matches its checksum
     assert (ROOT / "docs" / "example-history" / "history.html").exists()
 

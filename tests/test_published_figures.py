@@ -70,6 +70,9 @@ def test_the_readme_peer_table_command_on_a_synthetic_run(tmp_path, capsys):
                     cases.append(
                         dict(id=cid, provider=p, semantics=sem, mode=mode, max_len=L, status=status, tflops=rate[cid])
                     )
+                # Meta's WS variant in its own environment, skipped where the fork cannot build it
+                wid = f"{set_}/{mode}/L={L}" + (f"/fill={fill}" if set_ == "set1" else "") + "/meta_gdpa_ws"
+                cases.append(dict(id=wid, provider="meta_gdpa_ws", mode=mode, max_len=L, status="skipped", tflops=None))
     for p in ("hstu", "gdpa"):
         cases.append(
             dict(id=f"causal_silu_256/fwd/L=256/fill=1.0/{p}", provider=p, mode="fwd", status="ok", tflops=9.0)
@@ -82,7 +85,8 @@ def test_the_readme_peer_table_command_on_a_synthetic_run(tmp_path, capsys):
     assert main(["table", str(run), *args[1:]]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == (
-        "| shape | meta_gdpa fwd | gdpa fwd | fa4 (softmax) fwd | meta_gdpa bwd | gdpa bwd | fa4 (softmax) bwd |"
+        "| shape | meta_gdpa fwd | meta_gdpa_ws fwd | gdpa fwd | fa4 (softmax) fwd | meta_gdpa bwd | meta_gdpa_ws bwd"
+        " | gdpa bwd | fa4 (softmax) bwd |"
     )
     assert [line.split(" | ")[0] for line in lines[2:]] == [
         "| set1/L=256/fill=0.5",
@@ -93,9 +97,9 @@ def test_the_readme_peer_table_command_on_a_synthetic_run(tmp_path, capsys):
         "| set2/L=512",
     ]
     first = lines[2].strip("| ").split(" | ")[1:]
-    ids = [f"set1/{m}/L=256/fill=0.5/{p}" for m in ("fwd", "bwd") for p in ("meta_gdpa", "gdpa", "fa4")]
-    assert first == [f"{rate[i]:.0f}" for i in ids]
-    assert lines[-1].strip("| ").split(" | ")[4] == "failed"  # set2/bwd/L=512/meta_gdpa
+    ids = [f"set1/{m}/L=256/fill=0.5/{p}" for m in ("fwd", "bwd") for p in ("meta_gdpa", "ws", "gdpa", "fa4")]
+    assert first == [f"{rate[i]:.0f}" if i in rate else "—" for i in ids]  # skipped: a dash
+    assert lines[-1].strip("| ").split(" | ")[5] == "failed"  # set2/bwd/L=512/meta_gdpa
     assert main(["table", str(run), "--providers", "meta_gdpa,hstu_typo"]) == 2
     assert "--providers hstu_typo: not a provider of" in capsys.readouterr().err
 

@@ -2,7 +2,7 @@
 # One session's GPU work on a lent H200, one step per device call (the machine stays between calls only while
 # they follow each other within its idle window). From the repository root, with what each step carries:
 #   bash docs/experiments/h200_session.sh fa4-1 [CMD]   # carry .fa4/p1 .hk: wheels part 1, kernels to /tmp/hk
-#   bash docs/experiments/h200_session.sh fa4-2 [CMD]   # carry .fa4/p2 .peers .hk-variants: part 2, FA4 installed, then CMD
+#   bash docs/experiments/h200_session.sh fa4-2 [CMD]   # carry .fa4/p2 .peers: part 2, FA4 installed, then CMD
 #   bash docs/experiments/h200_session.sh env CMD       # later calls: CMD with FA4 and the kernel directory set
 #   bash docs/experiments/h200_session.sh fbtriton [CMD] # carry .fbtriton/pK, one part per call; the call that
 #                                                        # completes them installs /tmp/fbtriton-site and probes it
@@ -70,7 +70,6 @@ fa4-1)
   ;;
 fa4-2)
   cp .fa4/p2/* /tmp/fa4/ && source /tmp/fa4/install.sh && export PYTHONPATH=$PYTHONPATH:$PWD
-  [ -d .hk-variants ] && mkdir -p /tmp/hk && cp -r .hk-variants/. /tmp/hk/  # hopper_variants_gpu.py's kernels
   python3 -c "from flash_attn.cute import flash_attn_varlen_func; import pydantic; print('fa4 ok')"
   shift; run_cmd "$@"
   ;;

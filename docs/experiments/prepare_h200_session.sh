@@ -42,9 +42,6 @@ for script in hopper_gpu persistent_gpu jagged_gpu persistent_bwd_gpu; do
   python -W ignore "docs/experiments/$script.py" --prebuild .hk > "/tmp/prebuild-$script.log" 2>&1 || {
     log "prebuild $script failed: /tmp/prebuild-$script.log"; exit 1; }
 done
-# the variants' kernels apart (3.6 MB): .hk rides with .fa4/p1, which leaves no room for them; they ride with p2
-python -W ignore docs/experiments/hopper_variants_gpu.py --prebuild .hk-variants > /tmp/prebuild-variants.log 2>&1 || {
-  log "prebuild hopper_variants_gpu failed: /tmp/prebuild-variants.log"; exit 1; }
 unset CUTE_DSL_ARCH
 
 mkdir -p .peers
@@ -62,4 +59,4 @@ fi
 
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 log "carry sizes (MiB; each call also carries the tracked tree, $((tree / 1048576)) MiB; limit 64):"
-du -sm .fa4/p1 .fa4/p2 .hk .hk-variants .peers .fbtriton/p* 2>/dev/null || true
+du -sm .fa4/p1 .fa4/p2 .hk .peers .fbtriton/p* 2>/dev/null || true
