@@ -17,7 +17,8 @@ k, prebuilt here on the CPU). Checks first: for each batch and split, the output
 the output at 132 (the same tiles, the same math, another walk), and the 132 output is within 3e-3 of the fp32
 reference on sequences of both stages (the 8 longest, 8 of the shortest). Then each batch's variants are timed in
 interleaved rounds, so the power cap's clock drift falls on every variant alike; `auto` (the op as users call it)
-beside them.
+beside them, and the model's inputs: each stage alone (its band's rows only; the Hopper one at every k) and the
+two stages in turn on one stream (`concurrent_stages=False`).
 
     # anywhere with flash-attn-4 (CPU is fine): compile the kernels the run needs into DIR
     CUTE_DSL_ARCH=sm_90a python docs/experiments/grid_share_gpu.py --prebuild DIR
@@ -140,12 +141,27 @@ def check(log, results) -> bool:
 
 
 def time_batch(log, results, name, ql, kl):
-    from kernels.gdpa import GDPAOptions
+    from kernels.gdpa import GDPAOptions, backends
+    from kernels.gdpa.bands import Band
+    from kernels.gdpa.call import GDPACall
 
     b, kv_off = make(ql, kl, True)
     flops = 4.0 * H * D * float(np.sum(np.asarray(ql, dtype=np.float64) * np.asarray(kl, dtype=np.float64)))
+    call = GDPACall(b.q, b.k, b.v, b.q_offsets, kv_off, b.max_q, b.max_kv, ACT, 1.0, 1.0, False)
+    out = torch.empty_like(b.q)
+    tri, hop = backends.module("triton"), backends.module("hopper")
     variants = {"auto": (None, op(b, kv_off, GDPAOptions()))}
     for e in SPLITS:
+        # the model's inputs: each stage alone (its band's rows only), the Hopper one at every grid size
+        variants[f"T[0,{e}) alone"] = (None, lambda e=e: tri.forward(call, Band(0, e), GDPAOptions(), out=out))
+        for ctas in CTAS:
+            variants[f"H[{e},inf) alone k={ctas}"] = (
+                ctas,
+                lambda e=e: hop.forward(call, Band(e), GDPAOptions(), out=out),
+            )
+        # the stages one after the other (no second stream), then at once at every grid size
+        seq = GDPAOptions(fwd_plan=[["triton", 0, e], ["hopper", e, None]], concurrent_stages=False)
+        variants[f"T|H{e} in turn"] = (None, op(b, kv_off, seq))
         for ctas in CTAS:
             variants[f"T|H{e} k={ctas}"] = (ctas, op(b, kv_off, split_options(e)))
     for ctas, fn in variants.values():  # compile, load or autotune before the rounds
@@ -180,6 +196,12 @@ def table(results):
             best = min(ms)
             cells = "".join(f"{m:9.4f}" for m in ms)
             print(f"{batch + f' T|H{e}':24}{cells}   {ms[0] / best:7.3f}x {by.get('auto', float('nan')):7.4f}")
+            alone = [by.get(f"H[{e},inf) alone k={k}") for k in CTAS]
+            if all(m is not None for m in alone):
+                print(f"{'  H alone':24}" + "".join(f"{m:9.4f}" for m in alone))
+            tri_alone, turn = by.get(f"T[0,{e}) alone"), by.get(f"T|H{e} in turn")
+            if tri_alone is not None and turn is not None:
+                print(f"{'  T alone / in turn':24}{tri_alone:9.4f}{turn:9.4f}")
 
 
 def main():

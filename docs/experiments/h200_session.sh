@@ -28,6 +28,9 @@
 # 2026-12-04, second session: `fa4-1` (38 s), `fa4-2 "start production-full; wait production-h200 105"` (552 s),
 # `wait production-h200 110` (498 s): the production run with the config's own 1 s windows, 16 min 30 s; then
 # 8 min of short calls (a pending patch applied on the device copy, its GPU tests and a 12-case A/B, two ncu passes).
+# 2026-12-04, third session: `fa4-1` (32 s), `fa4-2 "tests-start peers:260 <an experiment>"` (30 s), `fbtriton` twice
+# (p0, then p1 + `tests-start 'start peers; wait for it'`, 34 s), `wait peers-h200` twice (1470 s): the peers GPU tests
+# (238 s), a 33 s experiment and the peers run with 300 ms windows (176 cases, 20 min) took 26 of the 30 minutes.
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
 # install.sh (joins the pieces, installs into /tmp/site). Make them here:
