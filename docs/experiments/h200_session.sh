@@ -6,7 +6,7 @@
 #   bash docs/experiments/h200_session.sh env CMD       # later calls: CMD with FA4 and the kernel directory set
 #   bash docs/experiments/h200_session.sh fbtriton [CMD] # carry .fbtriton/pK, one part per call; the call that
 #                                                        # completes them installs /tmp/fbtriton-site and probes it
-#   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | causal-tiles | h200: a run, detached
+#   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | triton-tiles | h200: a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
 #   bash docs/experiments/h200_session.sh tests-start G[:S] ...  # GPU-test groups (gpu_tests.sh G S) or commands,
@@ -109,9 +109,9 @@ start)
     start peers-h200 runs/peers-fast.yaml --providers meta_gdpa,meta_gdpa_tma,meta_gdpa_persistent,meta_gdpa_ws,gdpa,fa4,hstu \
       --only "'/(fwd|bwd)/'"
     ;;
-  causal-tiles)
-    # issue 30: Triton tile candidates on HSTU's short causal-SiLU sets (64 cases, ~2 min + compiles)
-    start causal-tiles docs/experiments/causal_tiles.yaml
+  triton-tiles)
+    # issue 30: Triton tile candidates where gdpa trails hstu or meta_gdpa (docs/experiments/triton_tiles.yaml)
+    start triton-tiles docs/experiments/triton_tiles.yaml
     ;;
   h200)
     python3 docs/experiments/derive_config.py configs/h200.yaml runs/h200-fast.yaml $windows
