@@ -166,18 +166,19 @@ def ws_build_check(provider, device: torch.device) -> None:
     except Exception as exc:
         major, minor = torch.cuda.get_device_capability(device)
         raise RuntimeError(
-            f"enable_ws: Meta's warp-specialized kernels do not build here (triton {triton.__version__} from "
-            f"{os.path.dirname(triton.__file__)}, sm_{major}{minor}; the compiler's log: errors.log): "
-            f"{compile_error_summary(exc)}"
+            # the Triton's folder is in the case's record (`environment`); here it would push the message
+            # past the 300 characters a skip reason keeps
+            f"enable_ws: Meta's WS kernels do not build with triton {triton.__version__} for sm_{major}{minor} "
+            f"(traceback: errors.log): {compile_error_summary(exc)}"
         ) from exc
 
 
 def compile_error_summary(exc: BaseException) -> str:
     """One line saying what a build failure was. A Triton front-end error is a chain of CompilationErrors, one
     per jitted call on the way down, whose outermost one shows only the call site and a caret (what
-    `str(exc)` gives); the chain is read to its end: each level's source line (`a -> b -> the failing line`)
-    and the innermost message, or the root exception's, with its type. Anything else: its type, and the first
-    and last lines of its text."""
+    `str(exc)` gives); the chain is read to its end: the failing source line and the innermost message, or
+    the root exception's, with its type, first (a skip reason is cut at 300 characters), then the lines of
+    the calls above it (`via a -> b`). Anything else: its type, and the first and last lines of its text."""
     chain, seen, e = [], set(), exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -198,8 +199,8 @@ def compile_error_summary(exc: BaseException) -> str:
     inner, root = levels[-1], chain[-1]
     # the root cause chained below the innermost level (fbtriton), or in its message (stock Triton's repr)
     message = f"{type(root).__name__}: {root}" if root is not inner else (inner.error_message or "no message")
-    path = " -> ".join(f"`{source_line(c)}`" for c in levels)
-    return one_line(f"CompilationError at {path}: {message}")
+    via = " -> ".join(f"`{source_line(c)}`" for c in levels[:-1])
+    return one_line(f"CompilationError at `{source_line(inner)}`: {message}" + (f" (via {via})" if via else ""))
 
 
 def store_reduce_reason() -> str | None:
