@@ -31,7 +31,6 @@ front end (`acc = tl.dot(p, v, acc)`: "accumulator shape is incompatible"; the b
 
 from __future__ import annotations
 
-import os
 import re
 
 import torch

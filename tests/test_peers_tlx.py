@@ -176,7 +176,8 @@ def test_a_ws_label_is_built_once_before_its_cases_and_says_what_failed(monkeypa
     }
     df = bench.run(cfg, out=str(tmp_path / "run"))
     assert list(df.status) == ["skipped"]
-    assert df.iloc[0]["error"].startswith("availability check failed: RuntimeError: enable_ws: Meta's WS kernels do not build")
+    expected = "availability check failed: RuntimeError: enable_ws: Meta's WS kernels do not build"
+    assert df.iloc[0]["error"].startswith(expected)
     log = (tmp_path / "run" / "errors.log").read_text()
     assert "(availability of meta_gdpa_ws)" in log and "FakeCompilationError" in log and "tl.async_task" in log
 

@@ -31,6 +31,10 @@
 # 2026-12-04, third session: `fa4-1` (32 s), `fa4-2 "tests-start peers:260 <an experiment>"` (30 s), `fbtriton` twice
 # (p0, then p1 + `tests-start 'start peers; wait for it'`, 34 s), `wait peers-h200` twice (1470 s): the peers GPU tests
 # (238 s), a 33 s experiment and the peers run with 300 ms windows (176 cases, 20 min) took 26 of the 30 minutes.
+# 2026-12-04, fourth session: the same order (`fa4-1`, `fa4-2 "tests-start peers:260 <grid_share>"`, `fbtriton`
+# twice); the machine stopped answering 27 min in, in the third wait of the peers run (52 of its progress bar's
+# 128 cases done), and none was lent after: the run was lost, since `wait` brought the folder back only once the
+# run was done (it now brings it back from every call).
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
 # install.sh (joins the pieces, installs into /tmp/site). Make them here:
@@ -127,13 +131,11 @@ wait)
     sleep 5
   done
   tail -n 25 "runs/$name.log"
-  if [ -e "runs/$name.done" ]; then
-    echo "exit $(cat runs/$name.done)"
-    cp "runs/$name.log" "$OUT/"
-    tar czf "$OUT/$name.tgz" -C runs "$name" && ls -la "$OUT/$name.tgz"
-  else
-    echo "still running"
-  fi
+  # the folder comes back from every wait, finished or not: a machine lost mid-run (2026-12-04, fourth
+  # session) then loses only what the last call did not bring back (results are written case by case)
+  cp "runs/$name.log" "$OUT/"
+  tar czf "$OUT/$name.tgz" -C runs "$name" && ls -la "$OUT/$name.tgz"
+  if [ -e "runs/$name.done" ]; then echo "exit $(cat runs/$name.done)"; else echo "still running"; fi
   ;;
 tests-start)
   # The GPU keeps working through the gaps between device calls (held time either way), and no group has to
