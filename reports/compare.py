@@ -28,6 +28,9 @@ def _p(x: Any) -> str:
 def _describe(path: str, results: dict) -> str:
     m = results.get("meta") or {}
     bits = [str(m.get(k)) for k in ("gpu", "git_sha", "started_at") if m.get(k)]
+    runs = m.get("sessions")
+    if isinstance(runs, list) and len(runs) > 1:  # resumed on another machine or commit (results.files.sessions)
+        bits.append(f"{len(runs)} sessions: the latest shown")
     return f"`{path}`" + (f" ({', '.join(bits)})" if bits else "")
 
 

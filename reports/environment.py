@@ -53,6 +53,27 @@ def _modes(meta: dict) -> str:
     return ", ".join(shown) if shown else DASH
 
 
+def _sessions(meta: dict) -> str:
+    """A run resumed on another machine or commit (results.files.sessions): each session, and a warning when its
+    cases were measured on more than one GPU or commit (the case records' `session` says which)."""
+    runs = meta.get("sessions")
+    if not isinstance(runs, list) or len(runs) < 2:
+        return DASH
+    shown = [
+        f"{i}: {fmt_date(r.get('started_at'))} · {fmt(r.get('git_sha'))} · {fmt(r.get('gpu_uuid'))}"
+        + f" on {fmt(r.get('host'))}"
+        for i, r in enumerate(runs)
+        if isinstance(r, dict)
+    ]
+    differ = [
+        name
+        for name, key in (("GPUs", "gpu_uuid"), ("commits", "git_sha"), ("drivers", "driver"))
+        if len({str(r.get(key)) for r in runs if isinstance(r, dict)}) > 1
+    ]
+    warn = f"  ⚠ cases measured on {len(runs)} sessions ({', '.join(differ)} differ): see each case's `session`"
+    return "; ".join(shown) + (warn if differ else "")
+
+
 def environment_table(meta: dict, baseline: str | None) -> Table:
     mon = meta.get("monitor") if isinstance(meta.get("monitor"), dict) else {}
     peaks = meta.get("peak_tflops") or {}
@@ -100,6 +121,7 @@ def environment_table(meta: dict, baseline: str | None) -> Table:
         ["git", _git(meta)],
         ["config", f"{fmt(meta.get('config'))} (sha256 {str(meta.get('config_sha256') or DASH)[:12]})"],
         ["started / finished", f"{fmt_date(meta.get('started_at'))} / {fmt_date(meta.get('finished_at'))}"],
+        ["sessions (resumed on another machine or commit)", _sessions(meta)],
         [
             "GPU clocks: application / max (MHz)",
             f"{_pair(meta.get('gpu_clocks_applications_mhz'))} / {_pair(meta.get('gpu_clocks_max_mhz'))}",

@@ -331,18 +331,43 @@ def _as_text(v: Any) -> str:
 # -------------------------------------------------------------------------------------------- writing
 
 
+# Where a run's cases were measured: a resumed run whose writer differs in one of these from the run it
+# continues (another machine, GPU, driver or commit) records each such session in `meta.sessions`, and every
+# case it measures says which (`session`), so no number is attributed to a machine or commit it did not run on.
+PROVENANCE = ("host", "gpu", "gpu_uuid", "driver", "git_sha")
+
+
+def _session(meta: dict) -> dict:
+    return {k: meta.get(k) for k in ("started_at", *PROVENANCE)}
+
+
+def sessions(meta: dict) -> list[dict]:
+    """The sessions of a run (`meta.sessions`; one, made of its meta's own fields, when it has none)."""
+    recorded = meta.get("sessions")
+    return list(recorded) if isinstance(recorded, list) and recorded else [_session(meta)]
+
+
 class ResultsWriter:
     """results.json + results.csv of one run folder, rewritten after every change.
 
     `existing` (a resumed run's data) keeps its cases and its first `started_at`; the new run's
-    start time is appended to `meta.resumed_at`."""
+    start time is appended to `meta.resumed_at`. Resumed on another machine or commit (PROVENANCE), the
+    run's sessions go to `meta.sessions` and each case measured from here on carries `session`, its index
+    there; the top-level meta then describes the latest session."""
 
     def __init__(self, run_dir: Path, meta: dict, existing: dict | None = None):
         self.run_dir = Path(run_dir)
         make_dir(self.run_dir)
         self.data = existing or {"schema": SCHEMA, "meta": meta, "workloads": {}, "cases": []}
+        self.session: int | None = None  # the index in meta.sessions new cases carry (None: the run has one)
         if existing:
             old = self.data["meta"]
+            runs = sessions(old)
+            # None: a field this writer does not know (e.g. a worker of a provider's own environment)
+            if any(meta.get(k) is not None and meta.get(k) != runs[-1].get(k) for k in PROVENANCE):
+                old["sessions"] = runs = [*runs, _session(meta)]
+            if "sessions" in old:
+                self.session = len(runs) - 1
             resumed = [*old.get("resumed_at", []), meta.get("started_at")]
             keep = {k: old[k] for k in ("started_at",) if old.get(k)}
             if old.get("config_sha256") != meta.get("config_sha256"):  # resumed from another config (--force)
@@ -382,6 +407,8 @@ class ResultsWriter:
         self.data["workloads"][name] = entry
 
     def add_case(self, case: dict) -> None:
+        if self.session is not None:
+            case = {**case, "session": self.session}
         check_case_record(case)
         cases = self.data["cases"]
         cases[:] = [c for c in cases if c["id"] != case["id"]]

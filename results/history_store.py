@@ -47,6 +47,7 @@ from results.files import (
     make_dir,
     read_results,
     results_path,
+    sessions,
 )
 from results.frame import case_keys
 from results.verdicts import timeline_clocks
@@ -252,6 +253,13 @@ def read_run(run_dir: str | Path, max_samples: int | None = None) -> tuple[dict,
     if not cases:
         raise HistoryError(f"{results_path(run_dir)}: cases: none recorded; allowed: a run with at least one case")
     keys = run_keys(data["meta"], str(run_dir))
+    commits = sorted({str(r.get("git_sha")) for r in sessions(data["meta"]) if isinstance(r, dict)})
+    if len(commits) > 1:
+        raise HistoryError(
+            f"{results_path(run_dir)}: meta.sessions: its cases were measured at {len(commits)} commits "
+            f"({', '.join(commits)}); allowed: a run of one commit (a history orders runs by commit): rerun "
+            "the cases of the other sessions at one commit"
+        )
     ident = [keys["config_sha256"], keys["gpu"], data["meta"].get("gpu_uuid"), keys["host"]]
     ident += [data["meta"].get("git_sha"), keys["started_at"]]
     run_id = hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:16]

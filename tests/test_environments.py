@@ -113,6 +113,8 @@ def test_a_provider_runs_in_its_own_site_folders_and_the_record_says_which_trito
     assert len(w) == 1
     assert data["meta"]["triton"] == triton.__version__
     assert data["meta"]["providers"]["naive_other"]["environment"] == {"prepend_path": [str(site)]}
+    # the second worker continues the folder on the same machine and code: one session (results.files.sessions)
+    assert "sessions" not in data["meta"] and not any("session" in c for c in data["cases"])
     # one worker per environment, the harness's own first
     assert [c["provider"] for c in data["cases"]] == ["naive_eager", "naive_eager", "naive_other", "naive_other"]
     assert "the cases of naive_other: a worker with " in proc.stdout and "triton 3.99.0+standin" in proc.stdout

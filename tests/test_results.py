@@ -111,3 +111,20 @@ def test_results_json_is_one_line_per_case_with_samples_to_six_digits():
     assert back["cases"][0]["times_ms"] == [0.335104, 18.3876, 2] and SAMPLE_DIGITS == 6
     assert back["cases"][1] == {"id": "b", "times_ms": None} and back["workloads"] == data["workloads"]
     assert json.loads(results_json_text({"schema": "s", "meta": {}, "workloads": {}, "cases": []}))["cases"] == []
+
+
+def test_a_resumed_writer_adds_a_session_only_for_another_machine_or_commit(tmp_path):
+    meta = {"started_at": "t0", "host": "a", "gpu": "H200", "gpu_uuid": "GPU-1", "driver": "580", "git_sha": "abc"}
+    ResultsWriter(tmp_path, meta).add_case({"id": "x", "status": "ok"})
+    # a worker of a provider's own environment on the same machine: the fields it does not know are None
+    w = ResultsWriter(tmp_path, {**meta, "started_at": "t1", "driver": None}, read_results(tmp_path))
+    w.add_case({"id": "y", "status": "ok"})
+    assert w.session is None and "sessions" not in read_results(tmp_path)["meta"]
+    # another GPU, then that GPU again (a second leg of the resumed run)
+    for started in ("t2", "t3"):
+        w = ResultsWriter(tmp_path, {**meta, "started_at": started, "gpu_uuid": "GPU-2"}, read_results(tmp_path))
+        w.add_case({"id": f"z{started}", "status": "ok"})
+    data = read_results(tmp_path)
+    assert [(s["started_at"], s["gpu_uuid"]) for s in data["meta"]["sessions"]] == [("t0", "GPU-1"), ("t2", "GPU-2")]
+    assert {c["id"]: c.get("session") for c in data["cases"]} == {"x": None, "y": None, "zt2": 1, "zt3": 1}
+    assert data["meta"]["gpu_uuid"] == "GPU-2" and data["meta"]["resumed_at"] == ["t1", "t2", "t3"]

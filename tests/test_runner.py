@@ -153,6 +153,39 @@ def test_resume_only_runs_missing_cases(tmp_path):
     cases = results(out)["cases"]
     assert len(cases) == 4 and len({c["id"] for c in cases}) == 4
     assert [c for c in cases if c["max_len"] == 6] == first  # finished cases untouched
+    # the same machine and code: one session, no case says otherwise
+    assert "sessions" not in results(out)["meta"] and not any("session" in c for c in cases)
+
+
+def test_a_run_resumed_at_another_commit_says_which_session_measured_each_case(tmp_path, monkeypatch, capsys):
+    import bench.sweep.env as envmod
+    from reports.environment import environment_table
+
+    cfg = config(tmp_path, "[naive_eager, reference]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--only", "L=6", "--no-progress"]) == 0
+    before = results(out)["meta"]
+    git = envmod.git_state()
+    monkeypatch.setattr(envmod, "git_state", lambda: {**git, "git_sha": "f00ba4", "git_commit": "f00ba4"})
+    assert main(["run", str(cfg), "--resume", str(out), "--no-progress"]) == 0
+    data = results(out)
+    runs = data["meta"]["sessions"]
+    assert [r["git_sha"] for r in runs] == [before["git_sha"], "f00ba4"]
+    assert runs[0]["started_at"] == before["started_at"] and data["meta"]["git_sha"] == "f00ba4"
+    old = [c for c in data["cases"] if c["max_len"] == 6]
+    new = [c for c in data["cases"] if c["max_len"] != 6]
+    assert old and new and not any("session" in c for c in old) and {c["session"] for c in new} == {1}
+    assert "session" in pd.read_csv(out / "results.csv").columns
+
+    rows = dict(environment_table(data["meta"], None).rows)
+    assert "f00ba4" in rows["sessions (resumed on another machine or commit)"] and "commits differ" in rows[
+        "sessions (resumed on another machine or commit)"
+    ]
+    # a history orders runs by commit: a run of two commits is refused in one line
+    capsys.readouterr()
+    assert main(["history", "add", str(out), "--store", str(tmp_path / "history")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "measured at 2 commits" in err[0] and "f00ba4" in err[0]
 
 
 SLOW = """

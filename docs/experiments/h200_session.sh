@@ -7,7 +7,9 @@
 #   bash docs/experiments/h200_session.sh fbtriton [CMD] # carry .fbtriton/pK, one part per call; the call that
 #                                                        # completes them installs /tmp/fbtriton-site and probes it
 #   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | triton-tiles | h200: a run, detached
-#   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT
+#   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT (always:
+#                                                        # finished or not; a machine lost mid-run: untar NAME.tgz
+#                                                        # into runs/ here, carry runs/NAME, `start` resumes it)
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
 #   bash docs/experiments/h200_session.sh tests-start G[:S] ...  # GPU-test groups (gpu_tests.sh G S) or commands,
 #                                                        # detached, one chain after another: they outlive the call
@@ -60,9 +62,13 @@ start() {
   local name=$1 config=$2
   shift 2
   [ -e "runs/$name.done" ] && rm -f "runs/$name.done"
-  setsid nohup bash -c "python3 -m bench run $config --out runs/$name $* > runs/$name.log 2>&1; echo \$? > runs/$name.done" \
+  # a run folder already there (one a lost machine's `wait` brought back, untarred into the checkout's runs/NAME
+  # and carried: runs/ is git-ignored) is continued: results.files records the new machine as a second session
+  local where="--out runs/$name"
+  [ -e "runs/$name/results.json" ] && where="--resume runs/$name"
+  setsid nohup bash -c "python3 -m bench run $config $where $* >> runs/$name.log 2>&1; echo \$? > runs/$name.done" \
     > /dev/null 2>&1 < /dev/null &
-  echo "started $name: python3 -m bench run $config --out runs/$name $*"
+  echo "started $name: python3 -m bench run $config $where $*"
 }
 
 case $step in
