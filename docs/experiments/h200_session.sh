@@ -6,7 +6,8 @@
 #   bash docs/experiments/h200_session.sh env CMD       # later calls: CMD with FA4 and the kernel directory set
 #   bash docs/experiments/h200_session.sh fbtriton [CMD] # carry .fbtriton/pK, one part per call; the call that
 #                                                        # completes them installs /tmp/fbtriton-site and probes it
-#   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | triton-tiles | h200: a run, detached
+#   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | triton-tiles | owned-bwd | h200:
+#                                                        # a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT (always:
 #                                                        # finished or not; a machine lost mid-run: untar NAME.tgz
 #                                                        # into runs/ here, carry runs/NAME, `start` resumes it)
@@ -122,6 +123,10 @@ start)
   triton-tiles)
     # issue 30: Triton tile candidates where gdpa trails hstu or meta_gdpa (docs/experiments/triton_tiles.yaml)
     start triton-tiles docs/experiments/triton_tiles.yaml
+    ;;
+  owned-bwd)
+    # issue 30: the owned backward where the Hopper backward's dQ accumulator costs most (docs/experiments/owned_bwd.yaml)
+    start owned-bwd docs/experiments/owned_bwd.yaml
     ;;
   h200)
     python3 docs/experiments/derive_config.py configs/h200.yaml runs/h200-fast.yaml $windows
