@@ -89,16 +89,17 @@ def rows_of(text: str) -> list[dict]:
     return rows[1:] if rows and rows[0].get("ID", "").strip() == "" else rows  # the units row
 
 
-def summarize(rows: list[dict]) -> None:
+def summarize(rows: list[dict], top: int = 2, shape: str = f"uniform B {B} L {L} H {H} D {D} bf16 fast_gelu") -> None:
+    """The `top` longest kernels' pipes, issue slots, stalls and instruction counts (fwd_bands_ncu.py too)."""
+
     def num(r, m):
         try:
             return float(str(r.get(m, "")).replace(",", ""))
         except ValueError:
             return None
 
-    main = sorted(rows, key=lambda r: -(num(r, "gpu__time_duration.sum") or 0))[:2]
-    shape = f"uniform B {B} L {L} H {H} D {D} bf16 fast_gelu"
-    print(f"\n{len(rows)} kernels profiled; the two longest (main loops), {shape}:")
+    main = sorted(rows, key=lambda r: -(num(r, "gpu__time_duration.sum") or 0))[:top]
+    print(f"\n{len(rows)} kernels profiled; the {top} longest, {shape}:")
     for r in main:
         print(f"== {r.get('Kernel Name', '?')[:110]}")
         for label, m in SHOW:
