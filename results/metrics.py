@@ -187,9 +187,8 @@ METRICS: tuple[Metric, ...] = (
     _power("monitor_error", "", "", "an NVML error while the loop ran, or null", kind="text"),
     Metric("gpu_index", "count", "runner", "", "the GPU that ran the case (null on CPU)"),
     Metric("gpu_name", "", "runner", "", "its name", kind="text"),
-    Metric("session", "count", "runner", "",
-      "a run resumed on another machine or commit: which of `meta.sessions` measured the case (absent: the first)",
-      optional=True),
+    Metric("session", "count", "runner", "", "which of `meta.sessions` (a run resumed on another machine or commit) "
+      "measured the case; absent: the first", optional=True),
     Metric("kernel_config", "", "provider", "",
       "what the provider ran (`kernel_configs()`): for the GDPA op the backend and reason per pass, tiles, "
         "registers, spills",
