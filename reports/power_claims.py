@@ -12,13 +12,24 @@ def claims(counts: dict) -> list[str]:
     if not n:
         return [f"No power data: {counts['ok']} ok case(s), none with a power measurement."]
     cap = f"{counts['cap_w']:.0f} W" if counts["cap_w"] else "the cap"
+    coarse = counts.get("coarse_counter") or 0
     lines = [
         f"{n} of {counts['ok']} ok cases have a power measurement (energy loop).",
         f"sw_power_cap was set during the energy loop of {counts['sw_power_cap']} of {n} cases.",
-        f"{counts['above_cap']} of {n} cases average above {cap} + {ABOVE_CAP_MARGIN:.0%} (energy counter)"
-        + (f"; {counts['above_cap_unknown']} without a cap or a figure" if counts["above_cap_unknown"] else "")
-        + ".",
     ]
+    judged_cap = n - counts["above_cap_unknown"]
+    if judged_cap:
+        lines.append(
+            f"{counts['above_cap']} of {judged_cap} cases average above {cap} + {ABOVE_CAP_MARGIN:.0%} (energy counter)"
+            + (f"; {unknown} without a cap or a figure" if (unknown := counts["above_cap_unknown"] - coarse) else "")
+            + "."
+        )
+    if coarse:
+        lines.append(
+            f"{coarse} of {n} cases cannot be judged by either flag: their energy loops were too short for the "
+            f"energy counter (a step every ~100 ms) to resolve {ESTIMATOR_TOLERANCE:.0%} (`power.energy_loop_s`: "
+            "1 s or more resolves it)."
+        )
     judged = n - counts["estimators_unknown"]
     if judged:
         lines.append(
@@ -27,6 +38,6 @@ def claims(counts: dict) -> list[str]:
             + (f"; {counts['estimators_unknown']} cannot be judged" if counts["estimators_unknown"] else "")
             + "."
         )
-    else:
+    elif not coarse:
         lines.append("The estimator agreement cannot be judged: no case records avg_w_same_span (an older run).")
     return lines

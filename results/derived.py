@@ -12,7 +12,7 @@ import pandas as pd
 
 from results.figures import ceiling_for, energy_per_call, number, tflops, tflops_per_watt, utilization
 from results.kernel_names import short_kernel_name
-from results.power import power_flags
+from results.power import counter_resolves, power_flags
 
 Derive = Callable[[pd.DataFrame, dict], "pd.Series | np.ndarray"]
 TOP_KERNELS = 3  # kernels named in a case's `kernels_top`
@@ -33,11 +33,24 @@ def tflops_column(df: pd.DataFrame, meta: dict) -> np.ndarray:
     return recorded_else(df, tflops(df["flops"].to_numpy(), df["median_ms"].to_numpy()), "tflops")
 
 
+def recorded_first(df: pd.DataFrame, recorded: str, computed: Callable[[], np.ndarray]) -> np.ndarray:
+    """The recorded figure, or the computed one where the case recorded none (older runs, CPU runs)."""
+    fallback = np.asarray(computed(), dtype=float)
+    if not len(df) or recorded not in df:
+        return fallback
+    kept = pd.to_numeric(df[recorded], errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(kept), kept, fallback)
+
+
 def utilization_column(ceiling: str, column: str) -> Derive:
+    """The case's own utilization: a run resumed or merged across GPUs measured its cases against each
+    machine's ceiling, so the run-level `meta[ceiling]` (the last calibration, or the shards' median) only
+    fills in where a case recorded none."""
+
     def derive(df: pd.DataFrame, meta: dict) -> np.ndarray:
         value = meta.get(ceiling) or ({} if ceiling == "peak_tflops" else None)
-        return recorded_else(
-            df, rows_map(df, lambda r: utilization(r["tflops"], ceiling_for(value, r["dtype"]))), column
+        return recorded_first(
+            df, column, lambda: rows_map(df, lambda r: utilization(r["tflops"], ceiling_for(value, r["dtype"])))
         )
 
     return derive
@@ -57,25 +70,53 @@ def headline_column(df: pd.DataFrame, meta: dict) -> np.ndarray:
     return rows_map(df, lambda r: number(power_flags(power_of(r))["headline_w"]))
 
 
+def _loop_figure(r: pd.Series, recorded: str, from_headline: Callable[[dict, float], float], estimate: float) -> float:
+    """A power-derived figure of one row: the recorded one (over the counter's figure), recomputed from the
+    headline where that was a start/end delta too coarse to be it (results.power.counter_resolves), else
+    `estimate` where the case recorded none."""
+    power = power_of(r)
+    if power.get("energy_source") == "counter" and not counter_resolves(power):
+        head = number(power_flags(power)["headline_w"])
+        return from_headline(power, head) if head == head else estimate
+    kept = number(power.get(recorded))
+    return kept if kept == kept else estimate
+
+
 def energy_column(df: pd.DataFrame, meta: dict) -> np.ndarray:
-    estimate = rows_map(df, lambda r: energy_per_call(r["power.avg_w"], r["median_ms"]) if r["ok"] else math.nan)
-    return np.where(df["power.energy_j_per_call"].notna(), df["power.energy_j_per_call"], estimate)
+    def per_call(power: dict, w: float) -> float:
+        seconds, calls = number(power.get("seconds")), number(power.get("calls"))
+        return w * seconds / calls if seconds == seconds and calls == calls and calls > 0 else math.nan
+
+    return rows_map(
+        df,
+        lambda r: _loop_figure(
+            r, "energy_j_per_call", per_call, energy_per_call(r["power.avg_w"], r["median_ms"]) if r["ok"] else math.nan
+        ),
+    )
 
 
 def per_watt_column(df: pd.DataFrame, meta: dict) -> np.ndarray:
-    estimate = rows_map(df, lambda r: tflops_per_watt(r["tflops"], r["power.avg_w"]))
-    return np.where(df["power.tflops_per_w"].notna(), df["power.tflops_per_w"], estimate)
+    return rows_map(
+        df,
+        lambda r: _loop_figure(
+            r,
+            "tflops_per_w",
+            lambda power, w: tflops_per_watt(power.get("tflops"), w),
+            tflops_per_watt(r["tflops"], r["power.avg_w"]),
+        ),
+    )
 
 
-def ratio_column(numerator: str, denominator: str) -> Derive:
-    """numerator / denominator where both are known and the denominator positive, else NaN."""
+def ratio_column(numerator: str, denominator: str, recorded: str | None = None) -> Derive:
+    """numerator / denominator where both are known and the denominator positive, else NaN (with `recorded`:
+    that field where the case has it)."""
 
-    def derive(df: pd.DataFrame, meta: dict) -> np.ndarray:
+    def ratio(df: pd.DataFrame) -> np.ndarray:
         a, b = (pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in (numerator, denominator))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(b > 0, a / b, np.nan)
 
-    return derive
+    return lambda df, meta: recorded_first(df, recorded, lambda: ratio(df)) if recorded else ratio(df)
 
 
 def top_kernels(df: pd.DataFrame, meta: dict) -> list:

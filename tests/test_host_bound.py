@@ -94,6 +94,12 @@ def test_why_the_bands_do_not_sum_to_the_whole_batch():
     kernels = why_apart(1.4, [long], 1.35)
     assert "host-bound" not in kernels and "the kernels cost more apart" in kernels
     assert "no kernel breakdown" in why_apart(0.8, [{"label": "x", "idle_share": None}], None)
+    # the case's own rule: a band's CUDA-graph time, where it has one, outranks the profiler pass's idle share
+    # (f50d6fb, log-normal 2048 bwd: 512-1023 read 54% idle in its pass, 0.281 ms graph of a 0.287 ms call)
+    busy = {"label": "512–1023", "idle_share": 0.54, "graph_ms": 0.281, "median_ms": 0.2866}
+    slow = {"label": "<128", "idle_share": 0.05, "graph_ms": 0.07, "median_ms": 0.2}
+    both = why_apart(1.3, [busy, slow], 1.02)
+    assert "512–1023" not in both and "<128 (graph 0.070 ms of a 0.200 ms call)" in both
 
 
 def test_bands_are_timed_then_profiled_and_explain_their_sum(tmp_path):
@@ -106,10 +112,12 @@ def test_bands_are_timed_then_profiled_and_explain_their_sum(tmp_path):
     provider = get_provider("naive_eager")
     timed, profiled = [], []
 
+    graphs = iter([0.3, 0.95])  # the short band's GPU time is 30% of its call; the long band's 95%
+
     def measure(fn):
         fn()  # it is the band's callable: it runs
         timed.append(fn)
-        return {"samples": Samples.of([1.0, 1.0, 1.0]), "graph_ms": 0.5, "note": None, "profiled_later": True}
+        return {"samples": Samples.of([1.0, 1.0, 1.0]), "graph_ms": next(graphs), "note": None, "profiled_later": True}
 
     kernel_ms = iter([0.3, 0.9])
 
@@ -125,18 +133,21 @@ def test_bands_are_timed_then_profiled_and_explain_their_sum(tmp_path):
     b = case_bands(case, provider, q, q, [8], cpu, measure, gate, whole)
     assert len(timed) == 2 and not profiled and [r["status"] for r in b["rows"]] == ["ok", "ok"]
     assert kernels_pending(b) and all("kernel_ms" not in r for r in b["rows"]) and b["kernel_sum_ms"] is None
-    assert b["sum_over_whole"] == pytest.approx(2.0 / 1.2) and "no kernel breakdown" in b["why"]
+    # the graph times tell the host-bound band before any breakdown
+    assert b["sum_over_whole"] == pytest.approx(2.0 / 1.2) and "<8 (graph 0.300 ms of a 1.000 ms call)" in b["why"]
+    assert "≥8" not in b["why"]
     b = band_kernels(case, provider, b, q, q, cpu, profile, whole)
     rows = {r["label"]: r for r in b["rows"]}
     assert len(profiled) == 2 and not kernels_pending(b) and timed[0] is not profiled[0]  # built again
     assert rows["<8"]["idle_share"] == pytest.approx(0.7) and rows["≥8"]["idle_share"] == pytest.approx(0.1)
-    assert rows["<8"]["graph_ms"] == 0.5 and rows["<8"]["kernel_ms"] == 0.3 and rows["<8"]["rel_err"] is not None
+    assert rows["<8"]["graph_ms"] == 0.3 and rows["<8"]["kernel_ms"] == 0.3 and rows["<8"]["rel_err"] is not None
     assert rows["<8"]["pass_median_ms"] == 1.0 and rows["<8"]["median_ms"] == 1.0
     assert b["sum_over_whole"] == pytest.approx(2.0 / 1.2) and b["kernel_sum_ms"] == pytest.approx(1.2)
     assert b["kernel_sum_over_whole"] == pytest.approx(1.2 / 1.15)
-    assert "<8 (GPU idle 70%)" in b["why"] and "host time" in b["why"]
+    assert "<8 (graph 0.300 ms of a 1.000 ms call)" in b["why"] and "host time" in b["why"] and "≥8" not in b["why"]
     again = band_kernels(case, provider, b, q, q, cpu, profile, whole)  # nothing pending: nothing profiled
     assert len(profiled) == 2 and again["rows"] == b["rows"]
+    graphs = iter([0.3, 0.95])
     whole_without_kernels = {"median_ms": 2.0, "kernels": None}
     b = case_bands(case, provider, q, q, [8], cpu, measure, None, whole_without_kernels)
     assert b["why"] is None and b["kernel_sum_over_whole"] is None  # 2.0 / 2.0: within 10%

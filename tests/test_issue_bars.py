@@ -15,8 +15,15 @@ _spec.loader.exec_module(bars)
 
 def _case(shape: str, label: str, ms: float, status: str = "ok", **extra) -> dict:
     set_name, mode = shape.split("/")[:2]
-    return {"id": f"{shape}/{label}", "set": set_name, "mode": mode, "provider": label, "median_ms": ms,
-            "status": status, **extra}
+    return {
+        "id": f"{shape}/{label}",
+        "set": set_name,
+        "mode": mode,
+        "provider": label,
+        "median_ms": ms,
+        "status": status,
+        **extra,
+    }
 
 
 def _run(tmp_path: Path, name: str, cases: list[dict]) -> Path:
@@ -29,9 +36,12 @@ def _run(tmp_path: Path, name: str, cases: list[dict]) -> Path:
 def test_production_bars_pass_and_fail_where_the_issue_says(tmp_path, capsys):
     fwd, bwd = "lognormal/fwd/L=2048/sort=False", "lognormal/bwd/L=2048/sort=False"
     good = [
-        _case(fwd, "gdpa", 0.50, max_len=2048, tflops=430.0), _case(fwd, "fa4", 0.80, max_len=2048),
-        _case(fwd, "gdpa_triton", 0.60, max_len=2048), _case(fwd, "gdpa_hopper", 0.49, max_len=2048),
-        _case(bwd, "gdpa", 1.30, max_len=2048), _case(bwd, "fa4", 1.70, max_len=2048),
+        _case(fwd, "gdpa", 0.50, max_len=2048, tflops=430.0),
+        _case(fwd, "fa4", 0.80, max_len=2048),
+        _case(fwd, "gdpa_triton", 0.60, max_len=2048),
+        _case(fwd, "gdpa_hopper", 0.49, max_len=2048),
+        _case(bwd, "gdpa", 1.30, max_len=2048),
+        _case(bwd, "fa4", 1.70, max_len=2048),
         _case(bwd, "gdpa_hopper", 1.31, max_len=2048),
     ]
     assert bars.main([str(_run(tmp_path, "good", good))]) == 0
@@ -52,8 +62,13 @@ def test_production_bars_pass_and_fail_where_the_issue_says(tmp_path, capsys):
 def test_peer_bars_take_metas_fastest_label_and_the_geometric_mean(tmp_path, capsys):
     a, b = "set1/fwd/L=256/fill=0.5", "set1/fwd/L=512/fill=0.5"
     cases = [
-        _case(a, "gdpa", 1.0), _case(a, "meta_gdpa", 1.5), _case(a, "meta_gdpa_tma", 0.9), _case(a, "fa4", 2.0),
-        _case(b, "gdpa", 1.0), _case(b, "meta_gdpa", 1.4), _case(b, "fa4", 1.5),
+        _case(a, "gdpa", 1.0),
+        _case(a, "meta_gdpa", 1.5),
+        _case(a, "meta_gdpa_tma", 0.9),
+        _case(a, "fa4", 2.0),
+        _case(b, "gdpa", 1.0),
+        _case(b, "meta_gdpa", 1.4),
+        _case(b, "fa4", 1.5),
     ]
     prod = _run(tmp_path, "prod", [])
     assert bars.main([str(prod), "--peers", str(_run(tmp_path, "peers", cases))]) == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from test_monitor import CONST, FakeClock, make
 
@@ -196,6 +197,38 @@ def _case(status="ok", **power):
     return {"id": "x", "status": status, "power": power or None}
 
 
+def test_a_counter_delta_coarser_than_its_window_is_not_the_headline():
+    # docs/example-h200-peers, causal_silu_512 fwd L 512 fill 0.5 gdpa: a 0.3 s loop, too few counter steps for
+    # the step-to-step figure, and a start/end delta of 946 W where every sample read 766 W or less
+    coarse = {"energy_source": "counter", "avg_w_from_energy": 945.9, "avg_w_same_span": 737.9, "avg_w": 737.9}
+    coarse |= {"counter_step_ms": 100.0, "seconds": 0.30, "calls": 468, "energy_j_per_call": 945.9 * 0.3 / 468}
+    f = power_flags({**coarse, "cap_w": 700})
+    # the samples are the headline; neither flag judges a figure the counter cannot resolve to 5%
+    assert f["headline_w"] == 737.9 and f["estimators_disagree"] is None and f["above_cap"] is None
+    # a delta over a window of 40 steps resolves it (2 steps = 5%); one without a known step does not
+    assert power_flags({**coarse, "seconds": 4.0, "cap_w": 700})["above_cap"] is True
+    assert power_flags({**coarse, "seconds": 4.0})["headline_w"] == 945.9
+    assert power_flags({**coarse, "counter_step_ms": None})["headline_w"] == 737.9
+    # the step-to-step figure stays the headline; its flags need 40 samples between its ends (2 periods: 5%)
+    ticks = {"energy_source": "counter_ticks", "avg_w_from_energy": 760.0, "avg_w_same_span": 700.0, "cap_w": 700}
+    assert power_flags({**ticks, "n_samples_same_span": 19}) == {
+        "headline_w": 760.0,
+        "estimator_diff": pytest.approx(700 / 760 - 1),
+        "estimators_disagree": None,
+        "above_cap": None,
+    }
+    assert power_flags({**ticks, "n_samples_same_span": 90})["above_cap"] is True
+    assert power_counts([{"status": "ok", "power": {**ticks, "n_samples_same_span": 19}}])["coarse_counter"] == 1
+    # and the report's J/call and TFLOP/s/W follow the headline
+    from results.derived import energy_column, per_watt_column
+
+    row = {"ok": True, "median_ms": 0.5, "tflops": 400.0, "power.avg_w": 737.9}
+    row |= {f"power.{k}": v for k, v in (coarse | {"tflops": 380.0, "tflops_per_w": 380.0 / 945.9}).items()}
+    df = pd.DataFrame([row])
+    assert energy_column(df, {})[0] == pytest.approx(737.9 * 0.3 / 468)
+    assert per_watt_column(df, {})[0] == pytest.approx(380.0 / 737.9)
+
+
 def test_power_counts_and_the_sentences():
     cases = [
         _case(avg_w=690, avg_w_from_energy=730, avg_w_same_span=728, cap_w=700, reasons=["sw_power_cap"]),
@@ -213,6 +246,7 @@ def test_power_counts_and_the_sentences():
         "estimators_disagree": 1,
         "above_cap_unknown": 0,
         "estimators_unknown": 1,
+        "coarse_counter": 0,
         "cap_w": 700.0,
     }
     text = "\n".join(claims(c))

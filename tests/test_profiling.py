@@ -181,6 +181,9 @@ def test_the_kernels_tile_comes_from_its_kernel_config():
         "hopper_fwd [512, inf)": {"tile": [128, 128]},
     }
     assert kernel_tile(banded, "fwd") == ((128, 128), "kernel_config['hopper_fwd [512, inf)']")
+    # concurrent stages run (and record) the longest band first: the tile is still the longest band's
+    reordered = {"hopper_fwd [1024, inf)": {"tile": [128, 128]}, "fwd [0, 1024)": {"tiles": [64, 32, 4, 3, 168]}}
+    assert kernel_tile(reordered, "fwd") == ((128, 128), "kernel_config['hopper_fwd [1024, inf)']")
     assert kernel_tile({"fwd": {"tiles": [64, 32, 4, 3]}}, "fwd")[0] == (64, 32)
     assert kernel_tile({"dkdv": {"tiles": [64, 128, 8, 3]}, "dq": {"tiles": [128, 64, 8, 3]}}, "bwd")[0] == (64, 128)
     assert kernel_tile(None, "fwd") == (ASSUMED_TILE, "assumed (no tile recorded)")

@@ -133,6 +133,7 @@ def test_speedup_vs_baseline_per_shape_and_override(tmp_path):
 def test_load_run_derives_utilization_energy_and_keys(tmp_path):
     c = _case("gdpa_triton", 2.0, L=512, power={"avg_w": 600.0, "energy_j_per_call": None, "tflops_per_w": None})
     c["flops"] = 989e9  # 989e9 FLOP in 2 ms = 494.5 TFLOP/s
+    c["util_peak"] = c["util_measured"] = None  # recorded none: derived from the run's ceilings
     _, df, wl = load_run(run_from(tmp_path, synth.make_results([c])))
     r = df.iloc[0]
     assert r["shape"] == "set1/fwd/L=512/fill=1.0" and r["panel"] == "set1/fwd/fill=1.0"
@@ -143,6 +144,20 @@ def test_load_run_derives_utilization_energy_and_keys(tmp_path):
     assert r["tflops_per_w"] == pytest.approx(494.5 / 600.0)
     assert r["workload.total_q"] > 0 and r["power.avg_w"] == 600.0 and r["sweep.fill"] == 1.0
     assert r["label"] == "gdpa_triton" and set(wl) == {"set1/L=512/fill=1.0"}
+
+
+def test_each_case_keeps_the_utilization_of_the_ceiling_it_was_measured_against(tmp_path):
+    # a run resumed on another machine (or merged across GPUs) timed each case against its own GPU's GEMM
+    # ceiling; the run-level one is the last calibration: it must not rewrite the cases' figures
+    first, later = (_case("gdpa", 2.0, L=L) for L in (512, 1024))
+    for c in (first, later):
+        c["flops"] = 1338e9  # 669 TFLOP/s
+    first["util_measured"], later["util_measured"] = 669.0 / 669.0, None
+    data = synth.make_results([first, later])
+    data["meta"]["measured_gemm_tflops"] = 700.0
+    _, df, _ = load_run(run_from(tmp_path, data))
+    util = df.set_index("id")["util_measured"]
+    assert util[first["id"]] == pytest.approx(1.0) and util[later["id"]] == pytest.approx(669.0 / 700.0)
 
 
 def test_load_run_tolerates_missing_fields(tmp_path):
@@ -394,6 +409,8 @@ def test_render_with_zero_ok_cases(tmp_path):
         assert_png(run / "plots" / f"{name}.png", min_var=1e-5)
         assert pd.read_csv(run / "plots" / f"{name}.csv").empty
     assert (run / "report.html").read_text().count("data:image/png;base64,") >= 5
+    # and each placeholder's caption says what it shows, not what the plot would have
+    assert "power and SM clock over time: not drawn — no power data" in (run / "report.md").read_text()
 
 
 def test_render_legacy_run_with_missing_fields(tmp_path):

@@ -178,9 +178,10 @@ def test_a_run_resumed_at_another_commit_says_which_session_measured_each_case(t
     assert "session" in pd.read_csv(out / "results.csv").columns
 
     rows = dict(environment_table(data["meta"], None).rows)
-    assert "f00ba4" in rows["sessions (resumed on another machine or commit)"] and "commits differ" in rows[
-        "sessions (resumed on another machine or commit)"
-    ]
+    assert (
+        "f00ba4" in rows["sessions (resumed on another machine or commit)"]
+        and "commits differ" in rows["sessions (resumed on another machine or commit)"]
+    )
     # a history orders runs by commit: a run of two commits is refused in one line
     capsys.readouterr()
     assert main(["history", "add", str(out), "--store", str(tmp_path / "history")]) == 2

@@ -99,22 +99,28 @@ def test_an_interrupt_that_left_an_exec_does_not_turn_the_status_into_sigint(tmp
     """CPython ends a `python -m` process with SIGINT when a KeyboardInterrupt once left an `exec` of a
     string (as one raised inside dataclasses' or pydantic's import-time exec does), even though the
     command caught it and returned 130: what the CI machine saw as returncode -2."""
-    p = _run_module(tmp_path, (
-        "try:\n    exec('raise KeyboardInterrupt')\n"
-        "except KeyboardInterrupt:\n    print('interrupted (SIGINT)', file=sys.stderr)\n"
-        "guard_exit(130)\nsys.exit(130)\n"
-    ))
+    p = _run_module(
+        tmp_path,
+        (
+            "try:\n    exec('raise KeyboardInterrupt')\n"
+            "except KeyboardInterrupt:\n    print('interrupted (SIGINT)', file=sys.stderr)\n"
+            "guard_exit(130)\nsys.exit(130)\n"
+        ),
+    )
     assert (p.returncode, p.stderr.strip()) == (130, "interrupted (SIGINT)")
 
 
 @pytest.mark.skipif(_inherited_ignore(signal.SIGINT) is not None, reason="SIGINT inherited as ignored")
 def test_a_signal_while_the_process_ends_is_one_line_and_128_plus_the_signal(tmp_path):
     """An exit handler that runs after the command (as torch's and multiprocessing's do) takes the signal."""
-    p = _run_module(tmp_path, (
-        "print('the output', flush=False)\n"
-        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(10)))\n"
-        "guard_exit(0)\nsys.exit(0)\n"
-    ))
+    p = _run_module(
+        tmp_path,
+        (
+            "print('the output', flush=False)\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(10)))\n"
+            "guard_exit(0)\nsys.exit(0)\n"
+        ),
+    )
     assert (p.returncode, p.stdout, p.stderr) == (130, "the output\n", "interrupted (SIGINT) while exiting\n")
 
 

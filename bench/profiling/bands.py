@@ -32,6 +32,7 @@ ceiling_tflops, error}: every field is a row of the metric table (results.metric
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -52,17 +53,28 @@ SUM_TOLERANCE = 0.10  # the bands' sum within this of the whole batch needs no e
 TILE_KEYS = {"fwd": ("fwd", "hopper_fwd"), "bwd": ("dkdv", "hopper_bwd"), "fwd_bwd": ("fwd", "hopper_fwd")}
 
 
+def _band_lo(name: str) -> int:
+    """The lower edge of the band a launch's record name carries (`fwd [1024, inf)` -> 1024); -1 for a whole
+    batch's launch (no band)."""
+    match = re.search(r"\[(\d+),", name)
+    return int(match.group(1)) if match else -1
+
+
 def kernel_tile(kernel_config: dict | None, mode: str) -> tuple[tuple[int, int], str]:
     """The (query, key) tile the case's kernel ran, from its `kernel_config` (the GDPA op records each
-    launch's tiles; of a banded plan, the last launch: the longest band), else ASSUMED_TILE."""
-    found = None
+    launch's tiles; of a banded plan, the launch over the longest sequences: the band with the highest lower
+    edge, whatever order the stages ran and were recorded in), else ASSUMED_TILE."""
+    found = []
     for name, entry in (kernel_config or {}).items():
         base = str(name).split(" ", 1)[0]
         if base in TILE_KEYS.get(mode, ()) and isinstance(entry, dict):
             tile = entry.get("tiles") or entry.get("tile")
             if isinstance(tile, (list, tuple)) and len(tile) >= 2:
-                found = ((int(tile[0]), int(tile[1])), f"kernel_config[{name!r}]")
-    return found or (ASSUMED_TILE, "assumed (no tile recorded)")
+                found.append((_band_lo(str(name)), (int(tile[0]), int(tile[1])), f"kernel_config[{name!r}]"))
+    if not found:
+        return ASSUMED_TILE, "assumed (no tile recorded)"
+    _, tile, source = max(found, key=lambda f: f[0])
+    return tile, source
 
 
 def _free(device: torch.device) -> None:
@@ -142,14 +154,31 @@ def _sum(rows: list[dict], key: str) -> float | None:
     return sum(values) if values and all(v is not None for v in values) else None
 
 
+def band_host_bound(row: dict) -> bool:
+    """A timed band is host-bound by the case's own rule (bench.profiling.views): its CUDA-graph time (the
+    device's time, no host) under 1 − HOST_BOUND_IDLE of its timed median; only without a graph time, the
+    GPU's idle share in its breakdown's pass (the profiler's own host time per launch inflates that one)."""
+    graph, median = row.get("graph_ms"), row.get("median_ms")
+    if graph is not None and median:
+        return bool(1.0 - graph / median > HOST_BOUND_IDLE)
+    return (row.get("idle_share") or 0.0) > HOST_BOUND_IDLE
+
+
+def _idle_text(row: dict) -> str:
+    graph, median = row.get("graph_ms"), row.get("median_ms")
+    if graph is not None and median:
+        return f"graph {graph:.3f} ms of a {median:.3f} ms call"
+    return f"GPU idle {row['idle_share']:.0%}"
+
+
 def why_apart(sum_over_whole: float | None, timed: list[dict], kernel_over_whole: float | None) -> str | None:
     """Why the bands' sum is more than SUM_TOLERANCE from the whole batch's median (None when it is not)."""
     if sum_over_whole is None or abs(sum_over_whole - 1.0) <= SUM_TOLERANCE:
         return None
     why = [f"the bands sum to {sum_over_whole:.2f}× the whole batch"]
-    idle = [r for r in timed if (r.get("idle_share") or 0.0) > HOST_BOUND_IDLE]
+    idle = [r for r in timed if band_host_bound(r)]
     if idle:
-        bands = ", ".join(f"{r['label']} (GPU idle {r['idle_share']:.0%})" for r in idle)
+        bands = ", ".join(f"{r['label']} ({_idle_text(r)})" for r in idle)
         why.append(
             f"host-bound bands: {bands}: launched alone, a band's kernels are shorter than the call's host work, "
             "which the whole batch hides behind its long sequences' kernels"

@@ -147,6 +147,8 @@ def draw(p: Plot, data: PlotData, out: Path, files: PlotFiles | None = None) -> 
                 files.not_drawn[p.name] = empty.why
             return []
         placeholder(png, empty.why, empty.title)
+        if files is not None:  # the caption says what the placeholder shows, not what the plot would have
+            files.captions[p.name] = f"{empty.title or p.name}: not drawn — {empty.why}."
         return [png, *(write_csv(pd.DataFrame(), csv, cols) for csv, cols in zip(csvs, p.tables.values(), strict=True))]
     if drawing.caption and files is not None:
         files.captions[p.name] = drawing.caption
