@@ -8,7 +8,7 @@
 # log in $OUT/pytest-gpu-<file>.log; a table last (file, exit, passed/failed/skipped/errors, seconds).
 set -uo pipefail
 declare -A FILES=(
-  [kernels]="tests/test_gdpa_kernels.py tests/test_gdpa_packed.py tests/test_gdpa_hopper.py"
+  [kernels]="$(grep -l 'pytest.mark.gpu' tests/test_gdpa_*.py | tr '\n' ' ')"  # each op test file with a GPU test
   [profiling]="tests/test_profiling_gpu.py tests/test_profiling.py"
   [harness]="tests/test_monitor.py tests/test_resources.py tests/test_baselines.py"
   [faults]="tests/test_faults_gpu.py"
