@@ -90,10 +90,8 @@ def find_source(peer: Peer, module: str, path_option: str | None) -> Source | st
     if path_option is not None:
         path = resolve_path(path_option)
         if not (path / peer.marker).is_file():
-            return (
-                f"options.path {path}: not a checkout of {peer.url} (no {peer.marker}); "
-                f"get it: git clone {peer.url} {path}"
-            )
+            what = f"not a checkout of {peer.url} (no {peer.marker})" if path.is_dir() else "no such folder"
+            return f"options.path {path}: {what}; get it: git clone {peer.url} {path}"
         return Source("path", path, f"the checkout {path}")
     mounted = _MOUNTED.get(peer.package)
     if mounted is not None:  # another entry of this process mounted a checkout: the same code

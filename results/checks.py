@@ -113,6 +113,7 @@ def _check_id_fields(c: dict, at: str) -> None:
 # meta figures the report draws with: {dtype: TFLOP/s} mappings (or one number) and plain numbers
 _CEILINGS = ("peak_tflops", "measured_gemm_tflops")
 _NUMBERS = ("hbm_tb_s", "measured_copy_tb_s", "power_cap_w", "enforced_power_limit_w")
+_TEXTS = ("gpu", "device", "config", "config_name", "git_sha")  # names the report's title and tables print
 
 
 def check_report_fields(data: dict, where: str) -> None:
@@ -134,6 +135,10 @@ def check_report_fields(data: dict, where: str) -> None:
         x = meta.get(key)
         if x is not None and (not is_number(x) or x < 0):
             raise ResultsError(f"{where}: meta.{key}: {short(x)}; allowed: a number ≥ 0 or null")
+    for key in _TEXTS:
+        x = meta.get(key)
+        if x is not None and not isinstance(x, str):
+            raise ResultsError(f"{where}: meta.{key}: {short(x)}; allowed: a text or null")
     workloads = data.get("workloads") or {}
     for name, w in workloads.items():
         at = f"{where}: workloads[{name!r}]"
@@ -152,3 +157,24 @@ def check_report_fields(data: dict, where: str) -> None:
                     raise ResultsError(f"{at}.{key}[{j}]: {short(x)}; allowed: a length (an integer ≥ 0)")
         if w.get("stats") is not None and not isinstance(w["stats"], dict):
             raise ResultsError(f"{at}.stats: {short(w['stats'])}; allowed: an object of statistics or null")
+
+
+# what makes two cases of one id the same measurement: their batch and math (a config edited under one id
+# would otherwise be gated against the old one's figures)
+_SAME_WORK = ("B", "H", "Hkv", "D", "causal", "alpha", "qk_scale", "lengths_sha256")
+_SAME_CASE = ("activation", "dtype", "semantics")
+
+
+def work_differs(base: dict[str, dict], current: dict[str, dict]) -> str | None:
+    """The first case id both runs hold whose batch or math differ, said as `id: field a vs b`; None when every
+    shared case is the same work (fields a run does not record are not compared: older runs)."""
+    for cid in base.keys() & current.keys():
+        b, c = base[cid], current[cid]
+        pairs = [(f, b.get(f), c.get(f)) for f in _SAME_CASE]
+        bw, cw = b.get("workload"), c.get("workload")
+        if isinstance(bw, dict) and isinstance(cw, dict):
+            pairs += [(f"workload.{f}", bw.get(f), cw.get(f)) for f in _SAME_WORK]
+        for field, x, y in pairs:
+            if x is not None and y is not None and x != y:
+                return f"{cid}: {field} {short(x)} in the baseline, {short(y)} here"
+    return None

@@ -3,6 +3,8 @@ error message the CLI prints (docs/DESIGN.md §13: bad input is one line)."""
 
 from __future__ import annotations
 
+import re
+
 LIMIT = 300
 
 
@@ -21,3 +23,14 @@ def one_line(what: BaseException | str, limit: int = LIMIT, *, type_name: bool =
     else:
         text = " ".join(str(what).split())
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def regex_error(pattern: str) -> str | None:
+    """Why `pattern` is not a usable Python regular expression (None: it is). `re` raises more than re.error
+    on hostile patterns: OverflowError for a repetition count past its limit (`a{99999999999}`),
+    RecursionError for thousands of nested groups."""
+    try:
+        re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        return one_line(exc, type_name=not isinstance(exc, re.error))
+    return None

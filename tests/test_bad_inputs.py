@@ -783,6 +783,57 @@ HOSTILE: dict[str, list[Bad]] = {
 }
 BAD += [b for group in HOSTILE.values() for b in group]
 
+# found by a review of the CLI (2026-12-04): inputs that got a traceback, exit 0 or a misleading line
+OTHER_WORK = results()
+OTHER_WORK["cases"][0]["workload"] = {"B": 8, "lengths_sha256": "b" * 64}
+BASE_WORK = results()
+BASE_WORK["cases"][0]["workload"] = {"B": 4, "lengths_sha256": "a" * 64}
+BAD += [
+    Bad(
+        "list_only_overflowing_regex",
+        ("list", "cfg.yaml", "--only", "a{99999999999}"),
+        "OverflowError",
+        {"cfg.yaml": BASE},
+    ),
+    Bad(
+        "list_only_nested_regex",
+        ("list", "cfg.yaml", "--only", "(" * 3000 + ")" * 3000),
+        "RecursionError",
+        {"cfg.yaml": BASE},
+    ),
+    Bad(
+        "table_bad_mode",
+        ("table", "run", "--modes", "fwd,bwdd"),
+        "--modes bwdd",
+        {"run": DIR, "run/results.json": GOOD_RUN},
+    ),
+    Bad(
+        "table_only_matching_nothing",
+        ("table", "run", "--only", "zzz"),
+        "--only zzz: matches no case",
+        {"run": DIR, "run/results.json": GOOD_RUN},
+    ),
+    Bad(
+        "table_duplicate_ids",
+        ("table", "run"),
+        "run/results.json",
+        {"run": DIR, "run/results.json": json.dumps(results(cases=results()["cases"] * 2))},
+    ),
+    Bad(
+        "power_checks_duplicate_ids",
+        ("power-checks", "run"),
+        "run/results.json",
+        {"run": DIR, "run/results.json": json.dumps(results(cases=results()["cases"] * 2))},
+    ),
+    report_bad("meta_gpu_a_number", results(meta={"gpu": 7}), "meta.gpu"),
+    Bad(
+        "compare_another_workload",
+        ("compare", "good.json", "bad.json"),
+        "workload.B 4 in the baseline, 8 here",
+        {"good.json": json.dumps(BASE_WORK), "bad.json": json.dumps(OTHER_WORK)},
+    ),
+]
+
 # As real processes: the exit status and stderr of `python -m bench` itself, for each kind of input (a
 # config, a lengths file, an argparse error, a provider module, an option, a results file, --out/--resume).
 AS_PROCESS = {

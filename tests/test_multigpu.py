@@ -366,6 +366,12 @@ def test_run_gpus_0_1_on_cpu_merges_one_run(tmp_path):
     assert [c["id"] for c in again["cases"]] == expected
     # a second run into the same folder is refused (it would mix two runs)
     assert main(["run", str(cfg_path), "--gpus", "0,1", "--out", str(run)]) == 2
+    # `merge` refuses a shard whose results.json is there but unreadable, and leaves the merged run as it was
+    before = (run / "results.json").read_bytes()
+    shard = run / "shards" / "gpu0" / "results.json"
+    shard.write_text(shard.read_text()[:100])
+    assert main(["merge", str(run)]) == 2
+    assert (run / "results.json").read_bytes() == before
     print(f"sharded CPU run: {wall:.1f} s")
 
 

@@ -211,6 +211,8 @@ def test_missing_checkout_is_one_skip_line_saying_how_to_get_it(tmp_path):
     assert "provider option path" in reason and "ads_mkl.ops.oss.gdpa is not importable" in reason
     bad = get_provider("meta_gdpa", {"path": str(tmp_path)}).availability(CPU)
     assert bad.startswith(f"options.path {tmp_path}: not a checkout of {meta_gdpa.PEER.url}")
+    typo = get_provider("meta_gdpa", {"path": str(tmp_path / "nope")}).availability(CPU)
+    assert typo.startswith(f"options.path {tmp_path / 'nope'}: no such folder; get it: git clone")
     for name, url in (("hstu", hstu.PEER.url), ("meta_gdpa_cute", meta_gdpa.PEER.url)):
         r = get_provider(name).availability(CPU)
         assert "not found" in r and f"git clone {url}" in r and "\n" not in r

@@ -202,6 +202,21 @@ def test_profile_bands_adds_bands_to_a_recorded_run(tmp_path, capsys):
     assert b["whole_ms"] == results(out)["cases"][0]["median_ms"]
 
 
+def test_profile_run_refuses_a_run_of_another_batch(tmp_path, capsys):
+    """`profile --run` with a config whose case of the same id draws another batch (here B 7, not 6): its
+    views would be measured on lengths the run never timed."""
+    cfg = config(tmp_path, modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.yaml"
+    other.write_text(cfg.read_text().replace("B: 6", "B: 7"))
+    argv = ["profile", str(other), "--only", "naive_eager$", "--bands", "--band-edges", "12", "--run", str(out)]
+    err = run_one_line_error(argv, capsys)
+    assert f"--run {out}: case " in err and "workload.B is 6 there and 7 in this config" in err
+    assert "bands" not in results(out)["cases"][0]
+
+
 def test_profile_bands_on_a_gpu_fault_records_it_and_stops_with_one_line(tmp_path, capsys, monkeypatch):
     """A band that faults the GPU under `profile --bands --run`: that case's bands say why, exit 1, no traceback."""
     import bench.cli.profile as bp

@@ -426,7 +426,7 @@ def merge(args: argparse.Namespace) -> int:
         raise UsageError(f"merge {run_dir}: no such folder")
     read_plan(run_dir, required=True)  # a one-line error for a missing or malformed plan, before the lock
     with run_folder_lock(run_dir, "merge"):
-        data = merge_planned(run_dir)
+        data = merge_planned(run_dir, strict=True)
         drawn = render(run_dir)
     missing = data["meta"].get("missing_cases") or []
     print(

@@ -15,7 +15,7 @@ from bench.cli.options import Command
 from bench.errors import EXIT_FAILED, MAX_LINE, UsageError
 from results.files import ResultsWriteError
 from support.inputs import InputError, check_path_text, integer
-from support.text import one_line
+from support.text import one_line, regex_error
 
 DEFAULT_STORE = "runs/history"
 
@@ -76,17 +76,14 @@ def add_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    import re
     from pathlib import Path
 
     from reports.history import render_history
     from results.history_store import HistoryError, open_store
 
     if args.only is not None:
-        try:
-            re.compile(args.only)
-        except re.error as exc:
-            raise UsageError(f"--only: not a valid regular expression: {exc}") from None
+        if (why := regex_error(args.only)) is not None:
+            raise UsageError(f"--only: not a valid regular expression: {why}")
     store = open_store(args.store)
     try:  # `--out ''` would be the current folder
         out = Path(check_path_text(args.out, "--out")) if args.out is not None else store.path

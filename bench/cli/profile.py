@@ -52,16 +52,30 @@ from kernels.registry import get_provider
 from results.files import ResultsError, ResultsWriter, read_results
 from support.text import one_line
 
+_SAME_BATCH = ("B", "H", "Hkv", "D", "causal", "seed")  # a recorded case's batch against the config's
 
-def _run_dir(a) -> Path | None:
+
+def _run_dir(a, cases) -> Path | None:
+    """The run `--run` names, refused where its record of a selected case holds another batch than the
+    config's case of that id (a run made from another config: its views would be measured on other lengths)."""
     run_dir = Path(a.run) if a.run else None
     if run_dir and not (run_dir / "results.json").is_file():
         raise UsageError(f"--run {run_dir}: no results.json there")
     if run_dir:
         try:
-            read_results(run_dir)
+            recorded = {str(c.get("id")): c for c in read_results(run_dir)["cases"]}
         except ResultsError as exc:
             raise UsageError(f"--run {run_dir}: {exc}") from None
+        for case in cases:
+            w = (recorded.get(case.id) or {}).get("workload")
+            if not isinstance(w, dict):
+                continue
+            for f in _SAME_BATCH:
+                if w.get(f) is not None and w[f] != getattr(case.workload, f):
+                    raise UsageError(
+                        f"--run {run_dir}: case {case.id}: its workload.{f} is {w[f]!r} there and "
+                        f"{getattr(case.workload, f)!r} in this config; allowed: the run's own config"
+                    )
     return run_dir
 
 
@@ -80,7 +94,7 @@ def profile(cfg, a) -> int:
         )
     if not torch.cuda.is_available():
         raise UsageError("profile needs a CUDA GPU (the length bands do not: --bands)")
-    run_dir = _run_dir(a)
+    run_dir = _run_dir(a, cases)
     out = run_dir or Path(cfg.model.output_dir) / f"profile-{cfg.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     keep = (out / "ncu" if run_dir else out) if a.keep else None
     if keep is not None:
@@ -113,7 +127,7 @@ def profile(cfg, a) -> int:
 def profile_views(cfg, cases, a) -> int:
     """`--bands` and/or `--trace`: the views that run with their case, not under ncu."""
     edges = a.band_edges if a.band_edges is not None else cfg.model.bands.edges
-    run_dir = _run_dir(a)
+    run_dir = _run_dir(a, cases)
     check_device_option(cfg.model.device, a.device)
     device = resolve_device(cfg.model.device, a.device)
     traced = cfg.model.breakdown.model_copy(update={"enabled": True, "trace": True}) if a.trace else None

@@ -9,21 +9,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from pathlib import Path
 
 from bench.cli import options
 from bench.cli.options import Command
 from bench.errors import EXIT_FAILED, MAX_LINE, UsageError
 from results.files import ResultsWriteError
-from support.text import one_line
+from support.text import one_line, regex_error
 
 
-def _read(path: str) -> dict:
-    """A results file (or run folder), or the one-line usage error of a missing or malformed one."""
-    from results.files import ResultsError, read_results
+def _read(path: str, checked: bool = False) -> dict:
+    """A results file (or run folder), or the one-line usage error of a missing or malformed one (`checked`:
+    also what `report` checks before it draws: the cases as compare reads them, the fields the report uses)."""
+    from results.checks import check_report_fields, check_results
+    from results.files import ResultsError, read_results, results_path
 
     try:
-        return read_results(path)
+        data = read_results(path)
+        if checked:
+            where = str(results_path(path)) if Path(path).is_dir() else path
+            check_results(data, where)
+            check_report_fields(data, where)
+        return data
     except ResultsError as exc:
         raise UsageError(str(exc)) from None
 
@@ -90,7 +99,7 @@ def compare(args: argparse.Namespace) -> int:
     """Exit 0 when no case fails the gate, 1 otherwise (the failing cases named on the last lines)."""
     from reports.compare import format_markdown, json_document, summary_lines
     from reports.cpu_notes import compare_notes
-    from results.checks import check_results
+    from results.checks import check_results, work_differs
     from results.files import ResultsError, clean
     from results.verdicts import BadSetting, CompareSettings, compare_checked, regressions, timeline_clocks
 
@@ -109,6 +118,12 @@ def compare(args: argparse.Namespace) -> int:
         raise UsageError(
             f"no common case ids between {args.baseline} ({len(base_cases)} cases) and {args.current} "
             f"({len(cur_cases)} cases)"
+        )
+    differs = work_differs(base_cases, cur_cases)
+    if differs is not None:
+        raise UsageError(
+            f"{args.current}: case {differs}; allowed: runs of the same workloads under each case id "
+            "(a config changed: record a new baseline)"
         )
     timelines = timeline_clocks(args.baseline), timeline_clocks(args.current)
     rows = compare_checked(base_cases, cur_cases, settings, *timelines)
@@ -135,12 +150,16 @@ def table_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def table(args: argparse.Namespace) -> int:
-    import re
 
+    from kernels.modes import MODES
     from reports.table import tflops_table
     from results.files import results_path
 
-    data = _read(args.run_dir)
+    data = _read(args.run_dir, checked=True)
+    modes = [m.strip() for m in args.modes.split(",")]
+    for m in modes:
+        if m not in MODES:
+            raise UsageError(f"--modes {m}: not a mode; allowed: {', '.join(MODES)} (comma-separated)")
     providers = [p.strip() for p in args.providers.split(",")] if args.providers else None
     recorded = list(dict.fromkeys(str(c["provider"]) for c in data["cases"] if c.get("provider") is not None))
     for p in providers or []:
@@ -150,11 +169,15 @@ def table(args: argparse.Namespace) -> int:
                 + (", ".join(recorded) or "none (no case records a provider)")
             )
     if args.only:
-        try:
-            re.compile(args.only)
-        except re.error as exc:
-            raise UsageError(f"--only: not a valid regular expression: {exc}") from None
-    print(tflops_table(data, providers, args.modes.split(","), args.only))
+        if (why := regex_error(args.only)) is not None:
+            raise UsageError(f"--only: not a valid regular expression: {why}")
+        ids = [str(c.get("id")) for c in data["cases"]]
+        if not any(re.search(args.only, i) for i in ids):
+            raise UsageError(
+                f"--only {args.only}: matches no case of {results_path(args.run_dir)}; its case ids look like "
+                + (ids[0] if ids else "nothing (no cases)")
+            )
+    print(tflops_table(data, providers, modes, args.only))
     return 0
 
 
@@ -162,7 +185,7 @@ def power_checks(args: argparse.Namespace) -> int:
     from reports.power_claims import claims
     from results.power import power_counts
 
-    print("\n".join(claims(power_counts(_read(args.run_dir)["cases"]))))
+    print("\n".join(claims(power_counts(_read(args.run_dir, checked=True)["cases"]))))
     return 0
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bench.errors import ConfigError
+from support.text import regex_error
 from workloads.bands import check_edges
 
 MAX_TIMEOUT_S = 86_400.0  # one ncu child for every selected case: bounded like any other budget
@@ -39,10 +40,8 @@ class _Section(BaseModel):
 def check_regex(v: str | None) -> str | None:
     """`v` unless it is not a valid Python regular expression (a ValueError: pydantic's one line)."""
     if v is not None:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"{v!r} is not a valid regular expression ({exc}); allowed: a Python regex") from None
+        if (why := regex_error(v)) is not None:
+            raise ValueError(f"{v!r} is not a valid regular expression ({why}); allowed: a Python regex")
     return v
 
 

@@ -5,14 +5,13 @@ Shared by `run`, `list`, `profile`, `submit` and the Python API; a bad value is 
 
 from __future__ import annotations
 
-import re
-
 from bench.config.cases import Case, select
 from bench.config.models import LoadedConfig
 from bench.errors import CLI, Spelling, UsageError
 from kernels.registry import provider_names
 from support.inputs import InputError, MiB, read_regular
 from support.suggest import did_you_mean
+from support.text import regex_error
 
 
 def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None, spelling: Spelling = CLI) -> list[str] | None:
@@ -37,10 +36,8 @@ def select_cases(
     options as `spelling` does: the command line's, or bench.run's keywords)."""
     labels = parse_labels(cfg, providers, spelling)
     if only:
-        try:
-            re.compile(only)
-        except re.error as exc:
-            raise UsageError(f"{spelling.name('only')}: not a valid regular expression: {exc}") from None
+        if (why := regex_error(only)) is not None:
+            raise UsageError(f"{spelling.name('only')}: not a valid regular expression: {why}")
     cases = select(cfg.cases, only, labels)
     if not cases:
         raise UsageError(f"{cfg.path}: {_no_match(cfg, only, labels, spelling)}")

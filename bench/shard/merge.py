@@ -70,9 +70,12 @@ def merge_shards(
     expected_all: list[str] | None = None,
     interrupted: bool = False,
     extra_meta: dict | None = None,
+    strict: bool = False,
 ) -> dict:
     """Union of the shard runs into `out_dir` (results.json, results.csv, power.csv). Later shards
-    override earlier ones for the same case id (a resumed attempt over an earlier one)."""
+    override earlier ones for the same case id (a resumed attempt over an earlier one). `strict` (the
+    `merge` command): a shard's results.json that is there but unreadable is a UsageError before anything is
+    written, not a shard of no cases (which would rewrite the merged results.json without them)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     by_id: dict[str, dict] = {}
@@ -104,6 +107,11 @@ def merge_shards(
             try:
                 data = read_results(d)
             except (ValueError, OSError) as exc:
+                if strict:
+                    raise UsageError(
+                        f"{d / 'results.json'}: unreadable ({one_line(exc)}); merging would drop its cases: "
+                        "repair or remove it, then merge again"
+                    ) from None
                 entry["error"] = f"results.json unreadable: {type(exc).__name__}: {exc}"[:300]
         else:
             entry["error"] = "no results.json (the worker never started a case)"
@@ -268,7 +276,7 @@ def shards_from_plan(run_dir: Path, plan: dict) -> tuple[list[Shard], list[str]]
     return shards, list(dict.fromkeys(expected))
 
 
-def merge_planned(run_dir: Path, interrupted: bool = False) -> dict:
+def merge_planned(run_dir: Path, interrupted: bool = False, strict: bool = False) -> dict:
     """Re-merge a sharded run folder from its plan (multigpu.json) and whatever its shards recorded."""
     run_dir = Path(run_dir)
     plan = read_plan(run_dir)
@@ -281,4 +289,5 @@ def merge_planned(run_dir: Path, interrupted: bool = False) -> dict:
         expected_all=expected,
         interrupted=interrupted,
         extra_meta={"config": plan.get("config"), "multigpu": plan.get("kind")},
+        strict=strict,
     )
