@@ -826,6 +826,15 @@ BAD += [
         {"run": DIR, "run/results.json": json.dumps(results(cases=results()["cases"] * 2))},
     ),
     report_bad("meta_gpu_a_number", results(meta={"gpu": 7}), "meta.gpu"),
+    run_cfg(
+        "yaml_off_as_activation",
+        yaml.safe_dump(BASE, sort_keys=False).replace("dtype: fp32", "dtype: fp32\n  activation: off"),
+        needle="sets.s.activation: read as the boolean False",
+    ),
+    run_cfg("union_member_not_a_field", cfg_set(max_len="x"), needle="sets.s.max_len: "),
+    Bad(
+        "resume_a_file", ("run", "cfg.yaml", "--resume", "cfg.yaml"), "--resume cfg.yaml: is a file", {"cfg.yaml": BASE}
+    ),
     Bad(
         "compare_another_workload",
         ("compare", "good.json", "bad.json"),

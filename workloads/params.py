@@ -50,9 +50,9 @@ def real(
     lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False, note: str = ""
 ) -> Check:
     """A finite real number in the interval given (None = unbounded on that side)."""
-    lb = "(" if lo_open else "["
-    rb = ")" if hi_open else "]"
-    allowed = f"a number in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}{note}"
+    lb = "(" if lo_open or lo is None else "["  # finite: an unbounded side is open (inf itself is refused)
+    rb = ")" if hi_open or hi is None else "]"
+    allowed = f"a finite number in {lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}{note}"
 
     def check(where, name, v, max_len):
         ok = _is_real(v)

@@ -9,9 +9,13 @@ from pydantic import BaseModel, ValidationError
 from support.inputs import show
 from support.suggest import close_match, did_you_mean
 
+# pydantic's union members and wrappers in an error's location: not fields of the YAML (`max_len.int`)
+_NOT_FIELDS = {"function-after", "int", "str", "bool", "float", "list[int]", "list[str]", "list[float]"}
+
 
 def _loc(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if p not in ("function-after",)) or "(top level)"
+    shown = [str(p) for i, p in enumerate(loc) if not (i and isinstance(p, str) and p in _NOT_FIELDS)]
+    return ".".join(shown) or "(top level)"
 
 
 def _model_at(loc: list, root: type[BaseModel]) -> type[BaseModel] | None:
@@ -60,6 +64,9 @@ def validation_message(exc: ValidationError, data: dict, path, root: type[BaseMo
         msg = "required field is missing" + _misspelt(exc, err["loc"])
     elif err["type"] in ("literal_error", "finite_number"):
         msg = f"{msg}, got {show(err.get('input'))}"
+    if isinstance(err.get("input"), bool) and err["type"] == "string_type":
+        # YAML 1.1 reads yes/no/on/off/true/false unquoted as booleans
+        msg = f"read as the boolean {err['input']} (YAML takes yes, no, on, off unquoted as booleans): quote it"
     return f"{path}: {_loc(tuple(loc))}: {msg}"
 
 

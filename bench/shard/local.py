@@ -325,7 +325,8 @@ def run_sharded(cfg: LoadedConfig, cases: list[Case], args, legs=None, case_time
     if args.resume:
         run_dir = Path(args.resume)
         if not run_dir.is_dir():
-            raise UsageError(f"--resume {run_dir}: no such folder")
+            what = "is a file; allowed: a run folder" if run_dir.exists() else "no such folder"
+            raise UsageError(f"--resume {run_dir}: {what}")
         if read_plan(run_dir) is None:
             check_resume(cfg, run_dir, getattr(args, "force", False))  # one line before the lock makes anything
         with run_folder_lock(run_dir, "--resume"):  # one writer per run folder (bench.sweep.runlock)

@@ -75,7 +75,7 @@ def check_resume(cfg: LoadedConfig, run_dir: Path, force: bool = False, spelling
     run_dir = folder_option(run_dir, spelling.name("resume"))
     where = spelling.arg("resume", str(run_dir))
     if not run_dir.is_dir():
-        raise UsageError(f"{where}: no such folder")
+        raise UsageError(f"{where}: " + ("is a file; allowed: a run folder" if run_dir.exists() else "no such folder"))
     if not (run_dir / "results.json").exists():
         raise UsageError(f"{where}: no results.json there")
     try:
