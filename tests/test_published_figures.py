@@ -69,6 +69,7 @@ def test_the_readme_peer_table_command_on_a_synthetic_run(tmp_path, capsys):
                     status = "failed" if cid == "set2/bwd/L=512/meta_gdpa" else "ok"
                     cases.append(
                         dict(id=cid, provider=p, semantics=sem, mode=mode, max_len=L, status=status, tflops=rate[cid])
+                        | ({"median_ms": 1.0} if status == "ok" else {})
                     )
                 # Meta's WS variant in its own environment, skipped where the fork cannot build it
                 wid = f"{set_}/{mode}/L={L}" + (f"/fill={fill}" if set_ == "set1" else "") + "/meta_gdpa_ws"
@@ -76,11 +77,12 @@ def test_the_readme_peer_table_command_on_a_synthetic_run(tmp_path, capsys):
     for p in ("hstu", "gdpa"):
         cases.append(
             dict(id=f"causal_silu_256/fwd/L=256/fill=1.0/{p}", provider=p, mode="fwd", status="ok", tflops=9.0)
+            | {"median_ms": 1.0}
         )
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text(
-        json.dumps({"schema": "gdpa-bench/1", "meta": {}, "workloads": {}, "cases": cases})
+        json.dumps({"schema": "gdpa-bench/1", "meta": {"gpu": "NVIDIA H200"}, "workloads": {}, "cases": cases})
     )
     assert main(["table", str(run), *args[1:]]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
