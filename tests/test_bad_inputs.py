@@ -836,6 +836,12 @@ BAD += [
         "resume_a_file", ("run", "cfg.yaml", "--resume", "cfg.yaml"), "--resume cfg.yaml: is a file", {"cfg.yaml": BASE}
     ),
     Bad(
+        "submit_out_holding_a_run",
+        ("submit", "cfg.yaml", "--local", "--nodes", "1", "--gpus-per-node", "1", "--out", "prev"),
+        "--out prev: already holds a run; choose another folder",  # submit has no --resume to offer
+        {"cfg.yaml": BASE, "prev": DIR, "prev/results.json": GOOD_RUN},
+    ),
+    Bad(
         "compare_another_workload",
         ("compare", "good.json", "bad.json"),
         "workload.B 4 in the baseline, 8 here",

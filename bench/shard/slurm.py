@@ -110,7 +110,7 @@ def submit(cfg: LoadedConfig, args) -> int:
         )
     run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
     option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
-    check_new_run_dir(run_dir, option)
+    check_new_run_dir(run_dir, option, resume=False)  # submit continues nothing: `merge` a run it left
     run_dir = run_dir.resolve()
     with run_folder_lock(run_dir, option):  # one writer per run folder, while the jobs run (bench.sweep.runlock)
         folder = run_dir / "submitit"

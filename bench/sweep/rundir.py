@@ -54,18 +54,17 @@ def check_writable_folder(path: Path, where: str) -> None:
         raise UsageError(f"{where}: {existing} is not writable (read-only or no permission)")
 
 
-def check_new_run_dir(path: Path, option: str, spelling: Spelling = CLI) -> None:
+def check_new_run_dir(path: Path, option: str, spelling: Spelling = CLI, resume: bool = True) -> None:
     """A new run may be written to `path`; `option` names where the path came from (`--out`, `out=`, or
-    the config's `output_dir`) in the one-line error, `spelling` how to name `--resume` in it."""
+    the config's `output_dir`) in the one-line error, `spelling` how to name `--resume` in it (`resume`
+    False: the command has none, as `submit`)."""
     path = folder_option(path, option)
     where = f"{option}{path!s}" if option.endswith("=") else f"{option} {path}"
     if path.exists() and not path.is_dir():
         raise UsageError(f"{where}: is a file; allowed: a new folder, or an empty one")
     if path.is_dir() and holds_run(path):
-        raise UsageError(
-            f"{where}: already holds a run; continue it with {spelling.arg('resume', str(path))}, or choose "
-            "another folder"
-        )
+        how = f"continue it with {spelling.arg('resume', str(path))}, or " if resume else ""
+        raise UsageError(f"{where}: already holds a run; {how}choose another folder")
     check_writable_folder(path, where)
 
 
