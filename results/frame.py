@@ -19,6 +19,7 @@ import pandas as pd
 
 from kernels.modes import MODES
 from results import metrics
+from results.band_ceiling import recorded_right
 from results.figures import field, number
 from results.files import flatten_cases, read_results
 
@@ -38,7 +39,8 @@ def load_run(path: str | Path, baseline: str | None = None) -> tuple[dict, pd.Da
     data = read_results(path)
     meta = data["meta"]
     workloads = data["workloads"]
-    cases = cases_frame(data["cases"], meta, baseline=baseline)
+    # a band view recorded with another tile than its kernel's longest band ran: its ceiling recomputed
+    cases = cases_frame([recorded_right(c, workloads) for c in data["cases"]], meta, baseline=baseline)
     return meta, cases, workloads
 
 

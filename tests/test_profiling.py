@@ -173,7 +173,7 @@ def test_bands_are_timed_gated_and_summed_in_a_run(tmp_path):
 
 
 def test_the_kernels_tile_comes_from_its_kernel_config():
-    from bench.profiling.bands import ASSUMED_TILE, kernel_tile
+    from results.band_ceiling import ASSUMED_TILE, kernel_tile
 
     banded = {
         "dispatch": {"fwd": {"backend": "triton+hopper"}},
@@ -188,6 +188,29 @@ def test_the_kernels_tile_comes_from_its_kernel_config():
     assert kernel_tile({"dkdv": {"tiles": [64, 128, 8, 3]}, "dq": {"tiles": [128, 64, 8, 3]}}, "bwd")[0] == (64, 128)
     assert kernel_tile(None, "fwd") == (ASSUMED_TILE, "assumed (no tile recorded)")
     assert kernel_tile({"fwd": {"tiles": [64, 32]}}, "bwd")[1].startswith("assumed")
+
+
+def test_a_report_recomputes_a_band_ceiling_recorded_at_another_tile(tmp_path):
+    """Runs recorded before the tile choice was right (docs/example-h200-production's log-normal 2048 forward:
+    the Triton stage's 64×32 where its longest band ran Hopper's 128×128) get the ceiling at the right tile,
+    from their own lengths; a record at the right tile is left as it is."""
+    q = [3, 40, 200, 1500, 90]
+    config = {"hopper_fwd [1024, inf)": {"tile": [128, 128]}, "fwd [0, 1024)": {"tiles": [64, 32, 4, 3, 168]}}
+    bands = {"tile": [64, 32], "tile_eff": 0.9, "long_tflops": 500.0, "ceiling_tflops": 450.0, "rows": []}
+    case = {"id": "w/fwd/L=2048/gdpa", "provider": "gdpa", "mode": "fwd", "status": "ok", "median_ms": 1.0}
+    case |= {"times_ms": [1.0], "kernel_config": config, "bands": bands, "workload": {"name": "w", "causal": False}}
+    right = dict(case, id="w/fwd/L=2048/gdpa_hopper", kernel_config={"hopper_fwd": {"tile": [64, 32]}})
+    doc = {"schema": "gdpa-bench/1", "meta": {"gpu": "NVIDIA H200"}, "cases": [case, right]}
+    doc["workloads"] = {"w": {"q_lengths": q, "kv_lengths": q}}
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    _, df, _ = load_run(tmp_path)
+    fixed, kept = df.iloc[0], df.iloc[1]
+    eff = tile_efficiency(np.array(q), np.array(q), 128, 128)
+    assert list(fixed["bands.tile"]) == [128, 128] and fixed["bands.tile_eff"] == pytest.approx(eff)
+    assert (
+        fixed["bands.ceiling_tflops"] == pytest.approx(500.0 * eff) and "recorded 64×32" in fixed["bands.tile_source"]
+    )
+    assert list(kept["bands.tile"]) == [64, 32] and kept["bands.ceiling_tflops"] == 450.0
 
 
 def test_profile_bands_adds_bands_to_a_recorded_run(tmp_path, capsys):

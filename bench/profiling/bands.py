@@ -32,7 +32,6 @@ ceiling_tflops, error}: every field is a row of the metric table (results.metric
 from __future__ import annotations
 
 import gc
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -42,39 +41,13 @@ from bench.case.faults import is_sticky_cuda_error
 from bench.case.gate import correctness
 from bench.config.cases import Case, dtype_of
 from kernels.registry import Provider
+from results.band_ceiling import ceiling, kernel_tile
 from results.figures import HOST_BOUND_IDLE, idle_share, judged_kernel_ms, tflops
 from support.text import one_line
 from workloads import make_batch
 from workloads.bands import band_table, bands_of, edges_for
-from workloads.stats import tile_efficiency
 
-ASSUMED_TILE = (128, 128)  # FA4's sm90 forward tile at head dim 128; used where a provider records none
 SUM_TOLERANCE = 0.10  # the bands' sum within this of the whole batch needs no explanation
-TILE_KEYS = {"fwd": ("fwd", "hopper_fwd"), "bwd": ("dkdv", "hopper_bwd"), "fwd_bwd": ("fwd", "hopper_fwd")}
-
-
-def _band_lo(name: str) -> int:
-    """The lower edge of the band a launch's record name carries (`fwd [1024, inf)` -> 1024); -1 for a whole
-    batch's launch (no band)."""
-    match = re.search(r"\[(\d+),", name)
-    return int(match.group(1)) if match else -1
-
-
-def kernel_tile(kernel_config: dict | None, mode: str) -> tuple[tuple[int, int], str]:
-    """The (query, key) tile the case's kernel ran, from its `kernel_config` (the GDPA op records each
-    launch's tiles; of a banded plan, the launch over the longest sequences: the band with the highest lower
-    edge, whatever order the stages ran and were recorded in), else ASSUMED_TILE."""
-    found = []
-    for name, entry in (kernel_config or {}).items():
-        base = str(name).split(" ", 1)[0]
-        if base in TILE_KEYS.get(mode, ()) and isinstance(entry, dict):
-            tile = entry.get("tiles") or entry.get("tile")
-            if isinstance(tile, (list, tuple)) and len(tile) >= 2:
-                found.append((_band_lo(str(name)), (int(tile[0]), int(tile[1])), f"kernel_config[{name!r}]"))
-    if not found:
-        return ASSUMED_TILE, "assumed (no tile recorded)"
-    _, tile, source = max(found, key=lambda f: f[0])
-    return tile, source
 
 
 def _free(device: torch.device) -> None:
@@ -226,8 +199,8 @@ def case_bands(
     whole_ms = whole.get("median_ms")
     over = sum_ms / whole_ms if complete and sum_ms and whole_ms else None
     tile, source = kernel_tile(whole.get("kernel_config"), case.mode)
-    eff = tile_efficiency(q, k, tile[0], tile[1], causal=causal)
     best = max(timed, key=lambda r: r["tflops"] or 0.0, default=None)
+    eff, ceil = ceiling(q, k, tile, causal, best["tflops"] if best else None)
     out = {
         "key": "min(Lq, Lk)",
         "edges": edges,
@@ -241,7 +214,7 @@ def case_bands(
         "tile_eff": eff,
         "long_band": best["label"] if best else None,
         "long_tflops": best["tflops"] if best else None,
-        "ceiling_tflops": eff * best["tflops"] if best and best["tflops"] else None,
+        "ceiling_tflops": ceil,
         "error": None,
     }
     return out | kernel_summary(rows, over, whole)
