@@ -12,6 +12,7 @@
 #                                                        # finished or not; a machine lost mid-run: untar NAME.tgz
 #                                                        # into runs/ here, carry runs/NAME, `start` resumes it)
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
+#   bash docs/experiments/h200_session.sh m64           # issue 30: 64-row Hopper forward tiles (~1-2 min)
 #   bash docs/experiments/h200_session.sh tests-start G[:S] ...  # GPU-test groups (gpu_tests.sh G S) or commands,
 #                                                        # detached, one chain after another: they outlive the call
 #   bash docs/experiments/h200_session.sh tests-wait [S]  # until every chain ends (or S s), logs to $OUT
@@ -176,6 +177,10 @@ tests-wait)
   cat /tmp/gt/chain.log
   compgen -G "/tmp/gt/pending.*" > /dev/null && echo "still running" || echo "every chain ended"
   cp /tmp/gt/*.log /tmp/gt/*.out /tmp/gt/*.json "$OUT/" 2>/dev/null
+  ;;
+m64)
+  # issue 30: the Hopper forward on 64-row query tiles for the bands below 1024 (its kernels prebuilt into .hk)
+  python3 docs/experiments/hopper_m64_gpu.py --kernels /tmp/hk 2>&1 | tail -40
   ;;
 bands)
   python3 docs/experiments/bands_gpu.py 2>&1 | tee "$OUT/bands_gpu.log" | tail -12
