@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from bench.sweep.signals import guard_exit, guard_startup
+from bench.sweep.signals import end_despite_stray_threads, guard_exit, guard_startup
 
 
 def entry() -> int:
@@ -22,6 +22,7 @@ def entry() -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout at exit
         status = 128 + signal.SIGPIPE
     guard_exit(status)  # a signal while the process ends is one line too; else it ends with this status
+    end_despite_stray_threads(status)  # a provider's thread left running must not keep a finished run alive
     return status
 
 

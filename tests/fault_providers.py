@@ -115,3 +115,69 @@ class SimulatedHang(NaiveEager):
                 time.sleep(3600)
 
         return hang
+
+
+@register
+class SimulatedCrash(NaiveEager):
+    """A kernel that takes its process down: on the case whose longest sequence is `crash_at` its call ends the
+    process (`how`: abort — SIGABRT, as a failed assert in C code; segv — SIGSEGV, a bad pointer; exit —
+    os._exit(7), as a library that calls exit)."""
+
+    name = "test_sim_crash"
+    description = "naive_eager whose call ends its process at max length `crash_at` (tests only)"
+
+    def parse_options(self, options: dict):
+        unknown = sorted(set(options) - {"crash_at", "how"})
+        if unknown:
+            raise ValueError(f"{self.name}: unknown option {unknown[0]!r}; allowed: crash_at, how")
+        return {"crash_at": options.get("crash_at"), "how": options.get("how", "abort")}
+
+    def forward(self, batch, spec):
+        import os
+        import signal
+
+        if batch.max_q == self.options["crash_at"]:
+            how = self.options["how"]
+            if how == "exit":
+                os._exit(7)
+            os.kill(os.getpid(), signal.SIGSEGV if how == "segv" else signal.SIGABRT)
+        return super().forward(batch, spec)
+
+
+@register
+class SimulatedStrayThread(NaiveEager):
+    """A kernel library that leaves a non-daemon thread running (a pool it never shuts down)."""
+
+    name = "test_sim_stray_thread"
+    description = "naive_eager that starts a thread which never ends (tests only)"
+
+    def forward(self, batch, spec):
+        import threading
+
+        if not any(t.name == "stray-pool" for t in threading.enumerate()):
+            threading.Thread(target=lambda: time.sleep(3600), name="stray-pool").start()
+        return super().forward(batch, spec)
+
+
+@register
+class SimulatedSwallow(NaiveEager):
+    """A kernel whose library catches everything: a Ctrl-C that lands in its call is swallowed there (the case
+    whose longest sequence is `swallow_at` sends itself SIGINT inside the call)."""
+
+    name = "test_sim_swallow"
+    description = "naive_eager that swallows a Ctrl-C landing in its call at max length `swallow_at` (tests only)"
+
+    def parse_options(self, options: dict):
+        return {"swallow_at": options.get("swallow_at")}
+
+    def forward(self, batch, spec):
+        import os
+        import signal
+
+        if batch.max_q == self.options["swallow_at"]:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1.0)
+            except KeyboardInterrupt:
+                pass
+        return super().forward(batch, spec)

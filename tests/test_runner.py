@@ -574,6 +574,26 @@ def test_resume_of_a_run_of_another_config_needs_force(tmp_path, capsys):
     assert meta["config_history"] == [{"config": str(cfg), "config_name": "t", "config_sha256": first}]
 
 
+def test_resume_after_a_lengths_file_changed_needs_force(tmp_path, capsys):
+    """The config's sha covers its text, not the empirical lengths file it names: a changed file under an unchanged
+    config would put two batches in one workload. --resume compares the lengths it would draw with the run's."""
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    (tmp_path / "lengths.txt").write_text("3 5 6 2\n")
+    text = cfg.read_text().replace("{family: uniform_fill, fill: 0.5}", "{family: empirical, path: lengths.txt}")
+    cfg.write_text(text.replace("max_len: [6, 9]", "max_len: [6]"))
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report"]) == 0
+    done = results(out)
+    done["cases"] = done["cases"][:0]  # as if interrupted before its case
+    (out / "results.json").write_text(json.dumps(done))
+    (tmp_path / "lengths.txt").write_text("6 6 6 6\n")
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--resume", str(out), "--no-progress", "--no-report"]) == 2
+    line = _only_line(capsys.readouterr().err)
+    assert "workload s/L=6: its lengths differ from the run's" in line and "--force" in line
+    assert main(["run", str(cfg), "--resume", str(out), "--force", "--no-progress", "--no-report"]) == 0
+
+
 def test_cpu_runs_take_the_configured_reps_and_record_the_window(tmp_path):
     cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
     cfg.write_text(cfg.read_text().replace("min_reps: 2, max_reps: 2", "min_reps: 25, max_reps: 25"))

@@ -4,8 +4,11 @@ case's phases to its parent, the parent kills a worker whose case runs past `tim
 runs; in one process the option is refused."""
 
 import os
+import subprocess
+import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from test_faults import config, env
@@ -168,6 +171,100 @@ def test_a_case_that_hangs_is_killed_recorded_and_the_sweep_goes_on(tmp_path, pr
     assert f"s/fwd/L=6/fill=1.0/test_sim_hang: {hung['error']}" in out  # the parent says it at once
     assert read_results(run)["meta"]["interrupted"] is False
     assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.parametrize("how,expected", [("abort", "killed by SIGABRT"), ("segv", "killed by SIGSEGV"),
+                                          ("exit", "exit status 7")])  # fmt: skip
+def test_a_case_that_ends_its_process_is_recorded_failed_and_the_sweep_goes_on(
+    tmp_path, providers, capfd, how, expected
+):
+    """A segfault, an abort or a library's exit ends the worker under a case: the parent knows which case was in
+    flight (its phase reports), a fresh worker records it failed and runs the rest (it used to end the run; a
+    SIGKILL from outside still does: test_multigpu's killed worker, for --resume)."""
+    cfg = tmp_path / "crash.yaml"
+    cfg.write_text(hang_config(tmp_path).read_text().replace(
+        "{name: test_sim_hang, options: {hang_at: 6, hang_in: gate}}",
+        f"{{name: test_sim_crash, options: {{crash_at: 6, how: {how}}}}}",
+    ))  # fmt: skip
+    run = tmp_path / "run"
+    rc = main(["run", str(cfg), "--out", str(run), "--no-progress", "--no-report", "--isolation", "process"])
+    out = capfd.readouterr().out
+    assert rc == 0, out[-3000:]
+    cases = {c["id"]: c for c in read_results(run)["cases"]}
+    assert len(cases) == 4, list(cases)
+    crashed = cases.pop("s/fwd/L=6/fill=1.0/test_sim_crash")
+    assert (
+        crashed["status"] == "failed" and f"the worker process ended under this case ({expected})" in crashed["error"]
+    )
+    assert "in phase gate" in crashed["error"] and "\n" not in crashed["error"]
+    assert all(c["status"] == "ok" for c in cases.values()), cases
+    assert "(after the case its process ended under)" in out
+
+
+PARENT = """
+import os, subprocess, sys, time
+env = dict(os.environ, GDPA_BENCH_PARENT_PID=str(os.getpid()))
+code = "import time; from bench.shard.worker import die_with_parent as d; d(); print(1, flush=True); time.sleep(60)"
+child = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True, stdout=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie is dead, whoever reaps it
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_dies_with_its_parent(tmp_path):
+    """kill -9 of the parent (or a dropped terminal's SIGHUP) used to leave its worker running unwatched, holding
+    the run folder's lock against --resume; the worker now goes with it."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
+    child = int(parent.stdout.readline())
+    assert _alive(child)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_a_thread_a_provider_leaves_running_does_not_keep_the_run_alive(tmp_path, isolation):
+    """CPython joins non-daemon threads before any exit handler: a provider's pool thread kept a finished run
+    (and, in process isolation, its worker) from ever exiting. Now it waits a grace period, says so, ends."""
+    from test_faults import bench
+
+    cfg = tmp_path / "stray.yaml"
+    cfg.write_text(hang_config(tmp_path).read_text().replace(
+        "{name: test_sim_hang, options: {hang_at: 6, hang_in: gate}}", "test_sim_stray_thread"))  # fmt: skip
+    t0 = time.monotonic()
+    proc = bench("run", cfg, "--out", tmp_path / "run", "--no-progress", "--no-report", "--isolation", isolation,
+                 timeout=150)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "threads still running after the command ended (stray-pool)" in proc.stderr
+    assert len(read_results(tmp_path / "run")["cases"]) == 4 and time.monotonic() - t0 < 120
+
+
+def test_a_ctrl_c_a_kernel_swallows_still_stops_the_sweep_after_that_case(tmp_path, providers, capsys):
+    """The signal handler raises once; a library that catches everything swallowed it, and the sweep ran to
+    its end. The runner now stops at the next case boundary: the case recorded, the rest left for --resume."""
+    cfg = tmp_path / "swallow.yaml"
+    cfg.write_text(hang_config(tmp_path).read_text().replace(
+        "{name: test_sim_hang, options: {hang_at: 6, hang_in: gate}}",
+        "{name: test_sim_swallow, options: {swallow_at: 6}}"))  # fmt: skip
+    run = tmp_path / "run"
+    rc = main(["run", str(cfg), "--out", str(run), "--no-progress", "--no-report", "--isolation", "none"])
+    assert rc == 130
+    ids = [c["id"] for c in read_results(run)["cases"]]
+    assert "s/fwd/L=6/fill=1.0/test_sim_swallow" in ids and len(ids) < 4, ids
 
 
 def test_the_option_needs_process_isolation_and_a_sane_value(tmp_path, providers, capsys):

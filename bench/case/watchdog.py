@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 
@@ -81,6 +82,17 @@ class Watch:
                 self.case, self.case_t0 = case_id, now
             self.phase, self.phase_t0 = phase, now
 
+    def in_flight(self, drain_s: float = 2.0) -> dict | None:
+        """The case the worker was in when its process ended (`id`, `phase`, `elapsed`, `in_phase`), None between
+        cases. Waits up to `drain_s` for the reader to take the pipe's last lines (it ends at the worker's exit)."""
+        self.thread.join(timeout=drain_s)
+        now = self.clock()
+        with self.lock:
+            if self.case is None:
+                return None
+            elapsed, in_phase = now - self.case_t0, now - self.phase_t0
+            return {"id": self.case, "phase": self.phase or "?", "elapsed": elapsed, "in_phase": in_phase}
+
     def overdue(self) -> dict | None:
         """The hung case (`id`, `error`, `wall_s`) once the case in flight has run past the deadline, else None."""
         now = self.clock()
@@ -100,6 +112,22 @@ def hung_error(elapsed: float, timeout_s: float, phase: str, in_phase: float) ->
     return (
         f"hung: no progress for {elapsed:.0f} s (the case deadline, timing.case_timeout_s: {timeout_s:g} s), in "
         f"phase {phase} for the last {in_phase:.0f} s; its worker process was killed"
+    )
+
+
+def died_error(returncode: int, phase: str, in_phase: float) -> str:
+    """The `error` of a case whose worker process ended under it: by a signal of its own doing (a segfault, an
+    abort) or an exit the harness never makes mid-case (a kernel's os._exit)."""
+    if returncode < 0:
+        try:
+            how = f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"killed by signal {-returncode}"
+    else:
+        how = f"exit status {returncode}"
+    return (
+        f"the worker process ended under this case ({how}) in phase {phase} after {in_phase:.0f} s in it: the "
+        "case is recorded failed and a fresh worker goes on"
     )
 
 

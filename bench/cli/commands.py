@@ -86,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and not args.worker:
             raise UsageError(f"{flag}: internal to a worker process (bench.shard.worker); allowed: no {flag}")
     timeout = _case_timeout(args, cfg)
+    if args.worker:
+        from bench.shard.worker import die_with_parent
+
+        die_with_parent()
     if args.gpus is not None:
         if args.isolation is not None:
             raise UsageError("--isolation: not with --gpus, whose workers are always restarted after a CUDA fault")

@@ -153,7 +153,8 @@ def launch(
                             print(f"[{w.tag}] {over['id']}: {over['error']}", flush=True)
                     why = w.advance() if w.proc.poll() is not None else None
                     if why is not None:
-                        what = {"fault": "after a CUDA fault", "hang": "after a hung case"}.get(why)
+                        what = {"fault": "after a CUDA fault", "hang": "after a hung case", "crash": "after a crash"}
+                        what = what.get(why)
                         line = f"a fresh worker {what}" if what else f"the cases of {w.legs[w.leg].summary()}"
                         with lock:
                             print(f"[{w.tag}] pid {w.proc.pid}: {line}", flush=True)

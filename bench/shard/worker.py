@@ -23,6 +23,7 @@ its own shard folder, while the sharded run's parent holds the run folder's.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -31,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.case.watchdog import KILL_GRACE_S, Watch
-from bench.errors import EXIT_CONTEXT_LOST
+from bench.case.watchdog import KILL_GRACE_S, Watch, died_error
+from bench.errors import EXIT_CONTEXT_LOST, EXIT_INTERRUPTED
 from bench.sweep.environments import Leg
 from results.files import ResultsError, read_results
 
@@ -41,8 +42,29 @@ STOP_GRACE_S = 60.0  # after SIGTERM, how long a worker may take to write its re
 POLL_S = 0.5  # how often a waiting parent looks at its worker's deadline
 
 
+PARENT_PID = "GDPA_BENCH_PARENT_PID"  # a worker's environment: the process that watches it
+
+
+def die_with_parent() -> None:
+    """In a worker: be killed when the process that started it dies (Linux's PR_SET_PDEATHSIG). The parent
+    holds the watchdog and passes the stop signals on: a parent gone by kill -9 or a dropped terminal's SIGHUP
+    left its worker running unwatched (a hung kernel forever), and its inherited descriptor kept the run
+    folder locked against `--resume`. Results are written case by case (atomically), so only the case in
+    flight is lost, and redone on resume. A parent already gone when this runs: the worker exits at once."""
+    expected = os.environ.get(PARENT_PID)
+    if expected is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != expected:  # it died between our fork and the prctl
+        os._exit(128 + signal.SIGKILL)
+
+
 def worker_env(n_workers: int, device_type: str) -> dict:
     env = dict(os.environ)
+    env[PARENT_PID] = str(os.getpid())
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
@@ -99,6 +121,7 @@ class WorkerProcess:
         self.case_timeout_s = case_timeout_s
         self.restarts = 0  # after CUDA faults
         self.hangs = 0
+        self.crashes = 0  # processes that ended under a case (a segfault, an abort)
         self.hung: dict | None = None  # the case the watchdog ended this process for
         self.kill_at: float | None = None
         self.watch: Watch | None = None
@@ -150,8 +173,9 @@ class WorkerProcess:
 
     def advance(self) -> str | None:
         """Once the process has ended: start the next one when the run goes on — `hang` (the watchdog
-        stopped it: the fresh one records the hung case, then resumes), `fault` (a CUDA fault left its
-        context unusable, having recorded a case since it started: a run cannot loop), `leg` (its
+        stopped it: the fresh one records the hung case, then resumes), `crash` (it ended under a case: a
+        segfault, an abort; the fresh one records that case failed, then resumes), `fault`
+        (a CUDA fault left its context unusable, having recorded a case since it started: a run cannot loop), `leg` (its
         environment's cases are done: the next environment's worker). Which, or None."""
         if self.proc.poll() is None:
             return None
@@ -163,6 +187,12 @@ class WorkerProcess:
             self.proc = self.spawn(hung)
             return "hang"
         rc = self.proc.returncode
+        died = self._died_under_a_case(rc)
+        if died is not None:  # recorded failed by the fresh worker, as a hung case is: the run goes on
+            self.crashes += 1
+            self.resume = True
+            self.proc = self.spawn(died)
+            return "crash"
         if rc == EXIT_CONTEXT_LOST and progress(self.out_dir) > self.progress_at_start:
             self.restarts += 1
         elif rc == 0 and self.leg + 1 < len(self.legs):
@@ -173,6 +203,21 @@ class WorkerProcess:
         self.resume = True
         self.proc = self.spawn()
         return why
+
+    def _died_under_a_case(self, rc: int) -> dict | None:
+        """The case the process ended under, as a hung case's record, when it ended by its own doing (a
+        segfault, an abort, an exit status the harness never uses mid-case) while a case was in flight; else
+        None. Not a kill from outside (SIGKILL — an operator's kill -9 or the OOM killer, which the harness
+        cannot tell apart —, SIGTERM, SIGINT, SIGHUP): that case stays unrecorded, for --resume."""
+        if rc in (0, EXIT_CONTEXT_LOST, EXIT_INTERRUPTED, 128 + signal.SIGTERM) or self.watch is None:
+            return None
+        if rc in (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP):
+            return None  # sent from outside (an operator, the OOM killer): the case stays for --resume
+        case = self.watch.in_flight()
+        if case is None:
+            return None
+        error = died_error(rc, case["phase"], case["in_phase"])
+        return {"id": case["id"], "error": error, "wall_s": round(case["elapsed"], 3)}
 
     restart_after_fault = advance  # the name its first users know
 
@@ -241,7 +286,9 @@ def run_in_worker(cfg, args, run_dir: Path, lock_fd: int, legs: list[Leg], case_
             else:
                 print(
                     f"a fresh worker process (pid {worker.proc.pid}) continues with the cases not yet recorded"
-                    + (" (after the hung case)" if why == "hang" else ""),
+                    + {"hang": " (after the hung case)", "crash": " (after the case its process ended under)"}.get(
+                        why, ""
+                    ),
                     flush=True,
                 )
     except KeyboardInterrupt:

@@ -90,9 +90,31 @@ def check_resume(cfg: LoadedConfig, run_dir: Path, force: bool = False, spelling
             f"sha256 {sha}), not {cfg.name!r} ({cfg.path}, sha256 {cfg.sha256[:12]}); resuming would mix two "
             f"configs in one run: pass {spelling.arg('force')} to continue it anyway"
         )
+    if not force and (changed := _lengths_changed(cfg, data.get("workloads") or {})) is not None:
+        raise UsageError(
+            f"{where}: workload {changed}: its lengths differ from the run's (a lengths file changed, or the code "
+            f"that draws them); resuming would mix two batches in one workload: pass {spelling.arg('force')} to "
+            "continue it anyway"
+        )
     if not os.access(run_dir, os.W_OK | os.X_OK):
         raise UsageError(f"{where}: the folder is not writable (read-only or no permission)")
     return data
+
+
+def _lengths_changed(cfg: LoadedConfig, recorded: dict) -> str | None:
+    """The first workload of the config whose lengths the run recorded differently (the config's sha covers
+    its own text, not an empirical lengths file it names), else None."""
+    seen = set()
+    for case in cfg.cases:
+        w = case.workload
+        old = recorded.get(w.name)
+        if w.name in seen or not isinstance(old, dict) or old.get("q_lengths") is None:
+            continue
+        seen.add(w.name)
+        q, k = w.lengths()
+        if list(map(int, q)) != old["q_lengths"] or list(map(int, k)) != old.get("kv_lengths", old["q_lengths"]):
+            return w.name
+    return None
 
 
 def resume_command(argv: list[str], run_dir: Path) -> str:

@@ -95,6 +95,7 @@ class Runner:
         self.progress = Progress(0, False, log)
         self.interrupted = False
         self.context_lost: str | None = None  # the sticky CUDA error that ended the sweep (bench.case.faults)
+        self.signals = None  # the sweep's stop signals (bench.sweep.signals.interrupts), while it runs
 
     # -- setup -------------------------------------------------------------------------------------
     def meta(self) -> dict:
@@ -351,7 +352,7 @@ class Runner:
             self.say(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already recorded")
         counts: dict[str, int] = {}
         crash: BaseException | None = None
-        with interrupts(), harness_stream(self.device):
+        with interrupts() as self.signals, harness_stream(self.device):
             try:
                 self._start_monitor()
                 self._calibrate()
@@ -454,6 +455,8 @@ class Runner:
             self.progress.finished(case_line(rec), counts)
             if self.context_lost is not None:
                 raise ContextLost(case.id, self.context_lost)
+            if self.signals is not None and self.signals.signum is not None:
+                raise KeyboardInterrupt  # the signal's own one was swallowed (a kernel's `except BaseException`)
         del batch
         _free(self.device)
 

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,3 +163,26 @@ def guard_exit(status: int) -> None:
 def entry_signal() -> Interrupts:
     """The signal that ended the command (SIGINT when none was recorded: a plain KeyboardInterrupt)."""
     return _entry
+
+
+STRAY_GRACE_S = 10.0  # how long the ended command waits for threads it did not start to end by themselves
+
+
+def end_despite_stray_threads(status: int, grace_s: float = STRAY_GRACE_S) -> None:
+    """The command has returned: threads still running that are not daemons (a provider's own, left behind)
+    would hold CPython's shutdown forever — it joins them before any exit handler — so a finished run never
+    exited. Each gets `grace_s` in all to end; any left then is named in one line and the exit handlers run now
+    (the last one, `_end_now`, ends the process with `status`)."""
+    if not _entry_installed or threading.current_thread() is not threading.main_thread():
+        return
+    deadline = time.monotonic() + grace_s
+    stray = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    for t in stray:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in stray if t.is_alive()]
+    if left:
+        _flush_std()
+        note = f"note: threads still running after the command ended ({', '.join(left)}): not waited for\n"
+        os.write(2, note.encode())
+        atexit._run_exitfuncs()
+        os._exit(status)  # no handler ended it (none registered the status): end with it anyway
