@@ -4,7 +4,8 @@ Why (kernels/gdpa/PERF.md, "Where issue 30's log-normal 2048 bars stand"): the f
 of the batch's jaggedness ceiling at 128-row tiles, so the sequences below 1024 must run on smaller tiles than
 the Hopper kernel's 128 rows — today Triton's 64x32, which runs them at half the Hopper stage's rate per FLOP
 (38.3% of the work in 0.3125 ms against 61.7% in 0.2581; the [128, 512) band 0.125 ms for 16.4%). FA4's sm90
-forward builds with tile_m 64 (one MMA warpgroup beside the producer: 256 threads; cross-compiled for sm_90a
+forward builds with tile_m 64 (one MMA warpgroup beside the producer: 256 threads, which FA4 derives from the
+tile's MMA layout and asserts it supports; cross-compiled for sm_90a
 without a GPU; ptxas: 255 registers, no stack, no spill — one CTA per SM, as the 128-row kernel): a 64-row tile
 halves the query rows a sequence of 128-511 tokens leaves empty in its last tile.
 
