@@ -836,6 +836,12 @@ BAD += [
         "resume_a_file", ("run", "cfg.yaml", "--resume", "cfg.yaml"), "--resume cfg.yaml: is a file", {"cfg.yaml": BASE}
     ),
     Bad(
+        "providers_registered_but_not_in_the_config",
+        ("list", "cfg.yaml", "--providers", "naive_compiled"),
+        "unknown provider 'naive_compiled' (a registered provider, but not one of this config's); allowed: naive_eager",
+        {"cfg.yaml": BASE},
+    ),
+    Bad(
         "submit_out_holding_a_run",
         ("submit", "cfg.yaml", "--local", "--nodes", "1", "--gpus-per-node", "1", "--out", "prev"),
         "--out prev: already holds a run; choose another folder",  # submit has no --resume to offer

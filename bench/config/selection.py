@@ -15,15 +15,17 @@ from support.text import regex_error
 
 
 def parse_labels(cfg: LoadedConfig, providers: str | list[str] | None, spelling: Spelling = CLI) -> list[str] | None:
-    """`--providers a,b` as a list, each a label of the config or a registered provider name."""
+    """`--providers a,b` as a list, each a provider label of the config (a registered provider the config does
+    not name has no case to select: it is said so, not listed as allowed)."""
     if providers is None:
         return None
     wanted = [p.strip() for p in providers.split(",")] if isinstance(providers, str) else list(providers)
-    allowed = list(dict.fromkeys([*cfg.providers, *provider_names()]))
+    allowed = list(cfg.providers)
     unknown = [p for p in wanted if p not in allowed]
     if unknown:
+        known = " (a registered provider, but not one of this config's)" if unknown[0] in provider_names() else ""
         raise UsageError(
-            f"{spelling.name('providers')}: unknown provider {unknown[0]!r}; allowed: {', '.join(allowed)}"
+            f"{spelling.name('providers')}: unknown provider {unknown[0]!r}{known}; allowed: {', '.join(allowed)}"
             + did_you_mean(unknown[0], allowed)
         )
     return wanted
