@@ -13,8 +13,6 @@ import re
 
 import numpy as np
 
-from workloads.stats import tile_efficiency
-
 ASSUMED_TILE = (128, 128)  # FA4's sm90 forward tile at head dim 128; used where a provider records none
 TILE_KEYS = {"fwd": ("fwd", "hopper_fwd"), "bwd": ("dkdv", "hopper_bwd"), "fwd_bwd": ("fwd", "hopper_fwd")}
 
@@ -45,6 +43,10 @@ def kernel_tile(kernel_config: dict | None, mode: str) -> tuple[tuple[int, int],
 
 def ceiling(q_lengths, kv_lengths, tile: tuple[int, int], causal: bool, long_tflops: float | None) -> tuple:
     """(tile efficiency, ceiling TFLOP/s) of a batch at `tile` under its long band's speed."""
+    # here, not at the top: the workloads package imports torch, which a command that only reads results
+    # (report, table, compare) must not (tests/test_cpu_newcomer.py)
+    from workloads.stats import tile_efficiency  # noqa: PLC0415
+
     eff = tile_efficiency(q_lengths, kv_lengths, tile[0], tile[1], causal=causal)
     return eff, (eff * long_tflops if long_tflops else None)
 
