@@ -140,7 +140,9 @@ class SimulatedCrash(NaiveEager):
             how = self.options["how"]
             if how == "exit":
                 os._exit(7)
-            os.kill(os.getpid(), signal.SIGSEGV if how == "segv" else signal.SIGABRT)
+            sig = {"segv": signal.SIGSEGV, "term": signal.SIGTERM}.get(how, signal.SIGABRT)
+            os.kill(os.getpid(), sig)  # term: a stop signal sent to this process alone (Slurm, an operator)
+            time.sleep(5)
         return super().forward(batch, spec)
 
 

@@ -236,6 +236,21 @@ def test_a_worker_dies_with_its_parent(tmp_path):
     assert not _alive(child)
 
 
+def test_a_stop_signal_sent_to_the_worker_alone_ends_the_run_as_interrupted(tmp_path, providers, capfd):
+    """SIGTERM to the worker only (a scheduler's, an operator's): its finished cases kept, the case in flight left
+    for --resume (not recorded failed: not the kernel's doing), and the command exits 143 as if it got it."""
+    cfg = tmp_path / "term.yaml"
+    cfg.write_text(hang_config(tmp_path).read_text().replace(
+        "{name: test_sim_hang, options: {hang_at: 6, hang_in: gate}}",
+        "{name: test_sim_crash, options: {crash_at: 6, how: term}}"))  # fmt: skip
+    run = tmp_path / "run"
+    rc = main(["run", str(cfg), "--out", str(run), "--no-progress", "--no-report", "--isolation", "process"])
+    out = capfd.readouterr()
+    assert rc == 143, out.out[-2000:] + out.err[-2000:]
+    ids = [c["id"] for c in read_results(run)["cases"]]
+    assert "s/fwd/L=6/fill=1.0/test_sim_crash" not in ids and len(ids) == 1
+
+
 @pytest.mark.parametrize("isolation", ["none", "process"])
 def test_a_thread_a_provider_leaves_running_does_not_keep_the_run_alive(tmp_path, isolation):
     """CPython joins non-daemon threads before any exit handler: a provider's pool thread kept a finished run

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
 from bench.cli import options
 from bench.cli.options import Command
-from bench.errors import EXIT_BAD_INPUT, EXIT_CONTEXT_LOST, EXIT_FAILED, UsageError
+from bench.errors import EXIT_BAD_INPUT, EXIT_CONTEXT_LOST, EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 from support.inputs import integer, number
 
 
@@ -251,6 +252,8 @@ def _sweep_in_worker(args: argparse.Namespace, cfg, run_dir: Path, lock_fd: int,
         return _closing_lines(args, run_dir, summary, f"interrupted ({sig.name})", sig.exit_code)
     if rc == EXIT_CONTEXT_LOST:  # and not started again: it recorded nothing new
         return _closing_lines(args, run_dir, summary, "stopped by a CUDA fault (the worker's last lines)", rc)
+    if rc in (EXIT_INTERRUPTED, 128 + signal.SIGTERM):  # a stop signal sent to the worker alone (Slurm, an operator)
+        return _closing_lines(args, run_dir, summary, f"the worker process was interrupted ({rc_text(rc)})", rc)
     if rc:
         return _closing_lines(args, run_dir, summary, f"the worker process ended ({rc_text(rc)})", EXIT_FAILED)
     return _closing_lines(args, run_dir, summary, drawn=drawn)
