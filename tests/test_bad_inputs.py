@@ -836,6 +836,12 @@ BAD += [
         "resume_a_file", ("run", "cfg.yaml", "--resume", "cfg.yaml"), "--resume cfg.yaml: is a file", {"cfg.yaml": BASE}
     ),
     Bad(
+        "history_report_out_a_file",
+        ("history", "report", "--store", str(ROOT / "docs" / "example-history"), "--out", "cfg.yaml"),
+        "--out cfg.yaml: is a file; allowed: a folder",
+        {"cfg.yaml": BASE},
+    ),
+    Bad(
         "providers_registered_but_not_in_the_config",
         ("list", "cfg.yaml", "--providers", "naive_compiled"),
         "unknown provider 'naive_compiled' (a registered provider, but not one of this config's); allowed: naive_eager",

@@ -89,6 +89,8 @@ def report_command(args: argparse.Namespace) -> int:
         out = Path(check_path_text(args.out, "--out")) if args.out is not None else store.path
     except InputError as exc:
         raise UsageError(str(exc)) from None
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is a file; allowed: a folder (history.html and its plots go there)")
     try:
         paths = render_history(store, out, args.only)
     except (HistoryError, ResultsWriteError):
