@@ -117,6 +117,12 @@ class Provider:
         recorded per case as `kernel_config` (JSON-able); None when it has nothing to say."""
         return None
 
+    def replay_options(self, kernel_config: dict | None) -> dict | None:
+        """Options to lay over this provider's own so that a fresh instance in another process runs what a case
+        recorded (`kernel_config`, from `kernel_configs()`): the views measured in a child process (Nsight
+        Compute's) then describe the kernels that were timed. None (the default): its options already do."""
+        return None
+
     def build(self, batch: JaggedBatch, spec: CaseSpec, mode: str) -> Callable[[], Any]:
         """A zero-argument callable that does exactly the work timed for `mode`.
 

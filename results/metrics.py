@@ -317,6 +317,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("counters.dram_bytes", "B", "profile", "Σ kernels.dram_bytes", "DRAM traffic of the call", fmt="sci"),
     Metric("counters.sm_clock_mhz", "MHz", "profile", "duration-weighted kernels.sm_clock_mhz", "the SM clock"),
     Metric("counters.report", "", "profile", "", "the kept .ncu-rep (`counters.keep`, `profile --keep`)", kind="text"),
+    Metric("counters.replayed", "", "profile", "", "options the ncu child laid over the provider's own to run what the "
+      "case recorded (`Provider.replay_options`: the op's plan per pass), or null", kind="object", optional=True),
     Metric("tc_util_ncu", "fraction", "profile", "counters.tensor_pct / 100", "tensor-pipe activity read by Nsight "
       "Compute (also in runs before `counters`)", optional=True),
     Metric("ncu_sm_clock_mhz", "MHz", "profile", "", "the SM clock under Nsight Compute", optional=True),

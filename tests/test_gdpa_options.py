@@ -92,7 +92,10 @@ def test_options_default_and_round_trip():
             "unknown option 'fwd_tile'; allowed: backend, fwd_tiles, dkdv_tiles, dq_tiles, fwd_plan, bwd_plan, "
             "concurrent_stages",
         ),
-        ({"backend": "cuda"}, "backend: expected one of auto, packed, hopper, hopper_persistent, triton, got 'cuda'"),
+        (
+            {"backend": "cuda"},
+            "backend: expected one of auto, packed, hopper, hopper_persistent, owned, triton, got 'cuda'",
+        ),
         ({"concurrent_stages": "yes"}, "concurrent_stages: expected true or false, got 'yes'"),
         (
             {"fwd_tiles": [128, 64, 8]},
@@ -119,7 +122,7 @@ def test_options_default_and_round_trip():
         ({"fwd_plan": [["triton", 0, 100], ["hopper", 128, None]]}, "fwd_plan: bands must meet end to start"),
         (
             {"fwd_plan": [["cuda", 0, None]]},
-            "fwd_plan: backend 'cuda'; allowed: packed, hopper, hopper_persistent, triton",
+            "fwd_plan: backend 'cuda'; allowed: packed, hopper, hopper_persistent, owned, triton",
         ),
         ({"fwd_plan": [["triton", 0, 0], ["triton", 0, None]]}, "fwd_plan: band hi must be an integer > lo (0)"),
         ({"fwd_plan": [["triton", False, None]]}, "fwd_plan: expected a list of [backend, lo, hi]"),
@@ -347,13 +350,17 @@ def test_auto_times_its_candidates_once_per_shape_class_and_keeps_the_fastest(fa
             "triton[0, 512)+hopper[512, inf)",
             "triton[0, 1024)+hopper[1024, inf)",
         ]
-        # the backward's: the Hopper row's persistent backward too, a candidate of that pass only
+        # the backward's: the Hopper row's persistent backward and the owned one too, candidates of that pass only,
+        # and the owned / Hopper splits
         assert [label(c) for c in candidates("bwd", call, options)] == [
             "packed[0, 128)+hopper[128, inf)",
             "packed",
             "hopper",
             "hopper_persistent",
+            "owned",
             "triton",
+            "owned[0, 256)+hopper[256, inf)",
+            "owned[0, 512)+hopper[512, inf)",
         ]
         stages, measured = choice.plan_for("fwd", call, options, run)
         assert [s.backend for s in stages] == ["triton"] and measured == speed

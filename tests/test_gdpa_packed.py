@@ -204,6 +204,7 @@ def test_auto_packs_the_short_band_and_measures_packed_alone():
     assert [label(c) for c in candidates("bwd", call, GDPAOptions())] == [
         "packed[0, 128)+triton[128, inf)",
         "packed",
+        "owned",
         "triton",
     ]
     assert packed.split(call, Band(0)) == (Band(0, 129), Band(129))

@@ -16,7 +16,7 @@ import torch
 from bench.cli.parser import main
 from bench.config.models import load_config
 from bench.profiling import breakdown as bd
-from bench.profiling.counters import MARKER, METRICS, collect, parse_rows, split_at_markers, summarize
+from bench.profiling.counters import MARKER, METRICS, collect, parse_rows, replaying, split_at_markers, summarize
 from kernels.naive import NaiveEager
 from kernels.registry import register
 from reports.render import render_report
@@ -455,6 +455,38 @@ def test_ncu_collect_records_per_kernel_counters_and_keeps_the_report(tmp_path):
     short = fake_ncu(tmp_path, [c.id for c in cases], ncu_csv([[("k_fwd", 2e6, 40.0, 2e8)]]))
     bad = collect(cases, None, None, ncu=short)
     assert all(v["counters"]["status"] == "failed" and "cannot tell" in v["counters"]["reason"] for v in bad.values())
+
+
+def test_the_ncu_child_runs_the_plan_each_case_recorded(tmp_path):
+    """The op's auto chooses a plan by timing its candidates on the first call of a shape class; in ncu's child
+    (every launch intercepted) it chose Triton alone where the sweep had timed a Triton + Hopper split
+    (docs/example-h200-production at f50d6fb: one gdpa_fwd_kernel under log-normal 2048's counters). The child
+    now gets each case's recorded plans pinned; pinned backends, other providers and records without a plan
+    are profiled as configured."""
+    from kernels.gdpa import GDPAOptions
+    from kernels.registry import get_provider
+
+    cfg = load_config(config(tmp_path, providers="[gdpa, gdpa_triton, naive_eager]", modes="[bwd]"))
+    cases = [c for c in cfg.cases if c.workload.max_len == 24]
+    split = {"backend": "triton+hopper", "stages": [
+        {"backend": "triton", "band": "[0, 1024)", "reason": "x"},
+        {"backend": "hopper", "band": "[1024, inf)", "reason": "y"},
+    ]}  # fmt: skip
+    whole = {"backend": "hopper", "stages": [{"backend": "hopper", "band": "[0, inf)", "reason": "z"}]}
+    records = [{"id": c.id, "kernel_config": {"dispatch": {"fwd": split, "bwd": whole}}} for c in cases]
+    out, replayed = replaying(cases, records)
+    by_label = {c.label: c for c in out}
+    pinned = {"fwd_plan": [["triton", 0, 1024], ["hopper", 1024, None]], "bwd_plan": [["hopper", 0, None]]}
+    assert by_label["gdpa"].provider.options == pinned and replayed == {by_label["gdpa"].id: pinned}
+    options = get_provider("gdpa", by_label["gdpa"].provider.options).options
+    assert options.fwd_plan == (("triton", 0, 1024), ("hopper", 1024, None)) and options.backend == "auto"
+    assert by_label["gdpa_triton"] == next(c for c in cases if c.label == "gdpa_triton")
+    assert by_label["naive_eager"] == next(c for c in cases if c.label == "naive_eager")
+    # a record without a dispatch, or with a band this version does not spell, pins nothing
+    bare = [{"id": c.id, "kernel_config": {"dispatch": {"fwd": {"stages": [{"backend": "triton", "band": "?"}]}}}}
+            for c in cases]  # fmt: skip
+    assert replaying(cases, bare) == (cases, {}) and replaying(cases, []) == (cases, {})
+    assert GDPAOptions.from_dict(pinned).bwd_plan == (("hopper", 0, None),)
 
 
 def test_ncu_missing_or_without_permission_is_skipped_with_why(tmp_path, monkeypatch, capsys):

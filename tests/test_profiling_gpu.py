@@ -441,6 +441,45 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
     assert any(c["host_bound"] for c in short_fwd), [(c["id"], c["median_ms"]) for c in short_fwd]
 
 
+def test_the_counters_profile_the_plan_each_gdpa_case_ran(tmp_path):
+    """Nsight Compute profiles in a child process, where `auto` would choose its plan again by timings ncu's
+    interception distorts (docs/example-h200-production at f50d6fb: a lone Triton kernel under log-normal 2048's
+    counters, where the sweep had timed a Triton + Hopper split). The child now runs each case's recorded plans
+    (`counters.replayed`): the kernels ncu saw are those of the backends the plans name."""
+    dev()
+    from kernels.gdpa.plan import pinned_from_record
+
+    cfg = {
+        "name": "replay",
+        "device": "cuda",
+        "providers": ["gdpa"],
+        "modes": ["fwd", "bwd"],
+        "timing": {"warmup_ms": 20, "rep_ms": 100},
+        "power": {"enabled": False},
+        "hardware": {"calibrate": False},
+        "counters": {"only": "gdpa$"},
+        "sets": [{"name": "logn", "B": 1152, "H": 4, "D": 128, "dtype": "bf16", "max_len": 2048,
+                  "lengths": {"family": "lognormal", "preset": "ml-20m"}}],
+    }  # fmt: skip
+    _, cases = bench_run(tmp_path, cfg, "replay")
+    cases.pop("")
+    # a kernel name of each backend: Triton's jit functions by name, the Hopper ones CuTe DSL's `kernel_cutlass_...`
+    marks = {"triton": "gdpa_", "packed": "packed_", "owned": "owned_", "hopper": "cutlass"}
+    marks["hopper_persistent"] = marks["hopper"]
+    for c in cases.values():
+        counters, dispatch = c["counters"], c["kernel_config"]["dispatch"]
+        names = [k["name"] for k in counters.get("kernels") or []]
+        show(id=c["id"], status=counters["status"], replayed=counters.get("replayed"), kernels=names,
+             plans={m: d["backend"] for m, d in dispatch.items()})  # fmt: skip
+        if counters["status"] == "skipped":
+            pytest.skip(counters["reason"])  # no ncu, or no permission to read the counters, on this machine
+        assert counters["status"] == "ok", counters["reason"]
+        assert counters["replayed"] == {f"{m}_plan": pinned_from_record(d) for m, d in dispatch.items()}
+        # the call ncu profiles is the case's own pass (a backward case: the backward alone)
+        for backend in {s["backend"] for s in dispatch[c["mode"]]["stages"]}:
+            assert any(marks[backend] in n for n in names), (c["id"], backend, names)
+
+
 PACKED = {"name": "gdpa", "label": "gdpa_packed", "options": {"backend": "packed"}}
 LONG = {"name": "long", "B": 64, "H": 4, "D": 128, "dtype": "bf16", "max_len": 2048,
         "lengths": {"family": "uniform_fill", "fill": 0.75}}  # 1024-2048 tokens: GPU-bound  # fmt: skip

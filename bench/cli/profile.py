@@ -40,7 +40,7 @@ from bench.config.resources import check_run_fits
 from bench.config.selection import select_cases
 from bench.errors import UsageError
 from bench.profiling.bands import case_bands
-from bench.profiling.counters import collect, find_ncu
+from bench.profiling.counters import collect, find_ncu, replaying
 from bench.profiling.later import profile_recorded
 from bench.profiling.views import CaseProfiling
 from bench.sweep.environments import refuse_in_process
@@ -100,7 +100,12 @@ def profile(cfg, a) -> int:
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
     print(f"profiling {len(cases)} case(s) under Nsight Compute in one process ...", flush=True)
+    replayed = {}
+    if run_dir:  # what the run's cases ran (their recorded plans), not a choice made again under ncu
+        cases, replayed = replaying(cases, read_results(run_dir)["cases"])
     results = collect(cases, a.device, keep, cfg.model.counters.timeout_s, ncu=ncu)
+    for cid, extra in replayed.items():
+        results[cid]["counters"]["replayed"] = extra
     for cid, r in results.items():
         c = r["counters"]
         if c["status"] == "ok":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import gc
 import io
 import json
@@ -203,6 +204,29 @@ def collect(
     return out
 
 
+def replaying(cases: list[Case], records: list[dict]) -> tuple[list[Case], dict[str, dict]]:
+    """The cases as the ncu child must build them to profile what the sweep timed: each provider's
+    `replay_options` for its case's recorded `kernel_config` laid over its options (the op's `auto` otherwise
+    chooses its plan again in the child, by timings ncu's interception distorts). Also {case id: the options
+    laid over}, for the record (`counters.replayed`)."""
+    by_id = {r.get("id"): r for r in records}
+    out, replayed = [], {}
+    for case in cases:
+        record = by_id.get(case.id) or {}
+        try:
+            extra = get_provider(case.provider.name, case.provider.options or None).replay_options(
+                record.get("kernel_config")
+            )
+        except Exception:  # a provider this process cannot build (another environment's): profiled as configured
+            extra = None
+        if extra:
+            provider = dataclasses.replace(case.provider, options={**(case.provider.options or {}), **extra})
+            case = dataclasses.replace(case, provider=provider)
+            replayed[case.id] = extra
+        out.append(case)
+    return out, replayed
+
+
 def for_run(model, cases: list[Case], records: list[dict], device: torch.device, run_dir: Path, say) -> dict:
     """After a sweep: the counters of the run's ok cases that `counters.only` selects and that have none
     yet (a resumed run keeps what it has), as {case id: fields} for `ResultsWriter.update_cases`."""
@@ -220,7 +244,10 @@ def for_run(model, cases: list[Case], records: list[dict], device: torch.device,
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
     held = release_cached_memory(device)
+    chosen, replayed = replaying(chosen, records)
     out = collect(chosen, device.index, keep, model.counters.timeout_s)
+    for cid, extra in replayed.items():
+        out[cid]["counters"]["replayed"] = extra
     for fields in out.values():
         rec = fields["counters"]
         if rec.get("status") == "failed" and "out of memory" in (rec.get("reason") or ""):

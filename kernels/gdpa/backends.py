@@ -67,6 +67,14 @@ TABLE: tuple[BackendRow, ...] = (
         source="measured on H200, kernels/gdpa/PERF.md (the persistent Hopper backward)",
     ),
     BackendRow(
+        name="owned",
+        module="kernels.gdpa.owned",
+        description="backward: one program per short sequence and KV head, no dQ accumulator pass "
+        "(kernels/gdpa/owned.py); Triton's kernels elsewhere",
+        prefer={"bwd": ()},  # never the table's pick: a backward candidate that auto times (plan.candidates)
+        source="written for issue 30, not yet timed (kernels/gdpa/PERF.md, the owned backward)",
+    ),
+    BackendRow(
         name="triton",
         module="kernels.gdpa.triton_backend",
         description="our Triton kernels (fwd.py, bwd.py): every call the op accepts, any GPU, the CPU interpreter",
@@ -78,7 +86,12 @@ TABLE: tuple[BackendRow, ...] = (
 # Measured on one H200 with the persistent Hopper forward (PERF.md "The persistent Hopper forward"): the best
 # split moves with the length distribution — 512 on log-normal max 2048, 1024 on max 4096 (12% ahead of 512
 # there), Hopper alone on short KV and uniform batches — which no host-known fact tells apart.
-SPLITS = {"fwd": ("triton", "hopper", (256, 512, 1024))}  # pass -> (backend below, backend from the edge up, edges)
+# The backward's: the owned kernel (no dQ accumulator pass) below the edge, Hopper above — written for issue 30,
+# not yet timed (PERF.md "The owned backward").
+SPLITS = {  # pass -> (backend below, backend from the edge up, edges)
+    "fwd": ("triton", "hopper", (256, 512, 1024)),
+    "bwd": ("owned", "hopper", (256, 512)),
+}
 ROWS = {row.name: row for row in TABLE}
 FALLBACK = TABLE[-1].name
 NAMES = tuple(ROWS)

@@ -81,7 +81,8 @@ class _GDPAFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, do):
+    @torch.autograd.function.once_differentiable  # the kernels' gradients record no graph: a double
+    def backward(ctx, do):  # backward raises rather than silently returning zeros
         q, k, v, q_offsets, kv_offsets = ctx.saved_tensors
         call = GDPACall(q, k, v, q_offsets, kv_offsets, *ctx.facts)
         dq, dk, dv = run_pass("bwd", call, ctx.options, ctx.record, do=do)
@@ -112,7 +113,7 @@ def check_arguments(
     if not (q.dim() == 3 and k.dim() == 3 and v.dim() == 3):
         _fail(f"q, k, v must be 3-D [rows, heads, head_dim]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.dtype not in SUPPORTED_DTYPES:
-        _fail(f"dtype {q.dtype} not supported; allowed: float16, bfloat16, float32")
+        _fail(f"q: dtype {q.dtype} not supported; allowed: float16, bfloat16, float32")
     if not (k.dtype == q.dtype and v.dtype == q.dtype):
         _fail(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.shape != v.shape:
@@ -141,8 +142,10 @@ def check_arguments(
         if not (integral and value >= 0):
             _fail(f"{name} must be an integer >= 0, got {_describe(value)}")
     for name, value in (("alpha", alpha), ("qk_scale", qk_scale)):
-        if not (type(value) is float or isinstance(value, numbers.Real)):
+        if not (type(value) is float or (isinstance(value, numbers.Real) and not isinstance(value, bool))):
             _fail(f"{name} must be a real number, got {_describe(value)}")
+    if type(causal) is not bool:  # bool("False") is True
+        _fail(f"causal must be True or False, got {_describe(causal)}")
     if causal and q.shape[0] != k.shape[0]:
         _fail(
             f"causal=True needs self-attention (q_offsets == kv_offsets); q has {q.shape[0]} rows, k has {k.shape[0]}"
@@ -195,7 +198,9 @@ def gdpa(
             the launch grid; a sequence longer than its bound is not computed in full).
         activation: one of kernels.activations.ACTIVATION_NAMES.
         alpha: scale applied before the activation; qk_scale: scale applied after it.
-        causal: keep key j only for query i >= j (HSTU convention); needs q_offsets == kv_offsets.
+        causal: keep key j only for query i >= j (HSTU convention); needs q_offsets == kv_offsets in
+            value. validate="host" sees only the row totals: offsets that differ per sequence with equal
+            totals pass it and give backend-dependent results; validate="full" refuses them.
         options: GDPAOptions — backend ("auto" by default: per length band, the measured table of
             kernels/gdpa/backends.py), pinned plans, pinned tiles per Triton kernel.
         validate: "host" (default) checks shapes, dtypes, devices and arguments without reading device
@@ -224,9 +229,14 @@ def gdpa(
             f"(GDPAOptions.from_dict turns a mapping into one)"
         )
     check_arguments(q, k, v, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, activation, alpha, qk_scale, causal)
+    if record is not None and not isinstance(record, dict):
+        _fail(f"record must be a dict or None, got {type(record).__name__}")
     if validate == "full":
         check_offsets(q, k, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, causal)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    # the kernels read offsets[b] at offsets + b: a strided view (a column of a [B+1, 2] table) would read
+    # other entries, silently (issue 30's review: wrong outputs, reads past the rows)
+    q_offsets, kv_offsets = (t if t.stride(0) == 1 else t.contiguous() for t in (q_offsets, kv_offsets))
     facts = (int(max_seq_len_q), int(max_seq_len_kv), activation, float(alpha), float(qk_scale), bool(causal))
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # no graph to record: the forward alone, without autograd.Function's ~25 µs of host time per call

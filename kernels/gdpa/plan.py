@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from dataclasses import dataclass
 
 from kernels.gdpa import backends
@@ -80,6 +81,7 @@ def _auto(mode: str, call: GDPACall) -> list[Stage]:
             skipped.append(why_not[row.name])
         else:
             last = backends.TABLE[-1]
+            _runnable(last.name, call, "backend='auto' (its last resort, after " + (", ".join(skipped) or "none") + ")")
             band = _covering(last, mode, piece) or piece
             chosen.append([last.name, band, piece, skipped or [f"preferred for {band.describe()}"]])
     merged: list[list] = []
@@ -178,6 +180,18 @@ def candidates(mode: str, call: GDPACall, options) -> list[list[Stage]]:
                 why = f"split at {edge}: {low} below, {high} from it up"
                 add([Stage(low, Band(0, edge), f"{low}: {why}"), Stage(high, Band(edge), f"{high}: {why}")])
     return found
+
+
+def pinned_from_record(entry: dict) -> list[list] | None:
+    """A pass's recorded plan (`record["dispatch"][mode]`, see `record`) as the option that pins it: [[backend, lo,
+    hi], ...]; None where the entry does not spell one (a record of another version)."""
+    pinned = []
+    for stage in entry.get("stages") or ():
+        m = re.fullmatch(r"\[(\d+), (\d+|inf)\)", str(stage.get("band", "")))
+        if m is None or stage.get("backend") not in backends.NAMES:
+            return None
+        pinned.append([stage["backend"], int(m[1]), None if m[2] == "inf" else int(m[2])])
+    return pinned or None
 
 
 def label(stages: list[Stage]) -> str:

@@ -22,6 +22,7 @@ from kernels.gdpa import backends
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.interface import SUPPORTED_HEAD_DIMS, gdpa
 from kernels.gdpa.options import GDPAOptions
+from kernels.gdpa.plan import pinned_from_record
 from kernels.registry import TRITON_AUTOTUNE_BYTES, CaseSpec, Provider, register
 from workloads.batch import JaggedBatch
 
@@ -69,6 +70,20 @@ class _GDPAOpProvider(Provider):
 
     def kernel_configs(self) -> dict | None:
         return copy.deepcopy(self.record) or None
+
+    def replay_options(self, kernel_config: dict | None) -> dict | None:
+        """auto chooses each pass's plan by timing it on the first call of a shape class, so in another process
+        (Nsight Compute's child, where every launch is intercepted) it can choose another: the plan each pass
+        recorded, pinned, runs the same launches over the same bands there. Tiles are still autotuned there."""
+        if self.options.backend != "auto":
+            return None
+        dispatch = (kernel_config or {}).get("dispatch") or {}
+        pinned = {}
+        for mode in ("fwd", "bwd"):
+            recorded = pinned_from_record(dispatch[mode]) if isinstance(dispatch.get(mode), dict) else None
+            if recorded is not None and getattr(self.options, f"{mode}_plan") is None:
+                pinned[f"{mode}_plan"] = recorded
+        return pinned or None
 
     def forward(self, batch: JaggedBatch, spec: CaseSpec) -> torch.Tensor:
         return gdpa(*batch.call_args(), **spec.gdpa_math(), options=self.options, record=self.record)
