@@ -32,7 +32,7 @@ providers:  # tiles pinned: the two runs (faults, control) tune nothing, so each
 modes: [fwd, bwd]
 timing: {{warmup_ms: 100, rep_ms: 200, min_reps: 20}}
 power: {{enabled: false}}
-hardware: {{calibrate: false}}
+hardware: {{calibrate: true, calibrate_seconds: 0.5}}  # once: the fresh workers keep the run's
 sets:
   - name: s
     B: 512
@@ -84,6 +84,11 @@ def test_a_gpu_fault_fails_its_cases_only_and_leaves_the_other_timings_alone(tmp
         else:
             assert c["status"] == "ok", (c["id"], c["status"], c["error"])
     assert proc.stdout.count("a fresh worker process (pid") == 2  # the fwd and the bwd fault
+    # the GEMM ceiling measured by the first worker only; the two fresh ones keep it
+    assert proc.stdout.count("calibrating: ") == 1 and proc.stdout.count("not measured again") == 2, proc.stdout
+    meta = read_results(tmp_path / "faults")["meta"]
+    assert meta["measured_gemm_tflops"] > 100 and meta["calibration"]["session"] == 0
+    assert "calibration_history" not in meta
 
     control = bench_run(cfg, tmp_path / "control", "--no-report", "--providers", "gdpa_triton")
     assert control.returncode == 0

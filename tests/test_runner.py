@@ -640,3 +640,48 @@ def test_a_second_ctrl_c_still_writes_the_report(tmp_path):
     assert (out_dir / "report.md").exists() and (out_dir / "report.html").exists()
     assert results(out_dir)["meta"]["interrupted"] is True
     assert out.strip().splitlines()[-1].startswith("to continue: python -m bench run ")
+
+
+def test_the_gemm_ceiling_is_measured_once_a_session(tmp_path, monkeypatch):
+    """A fresh worker of the same session (after a fault, a hang) or a resume on the same machine keeps the run's
+    calibration; a resume on another machine measures its own and the earlier one goes to calibration_history.
+    (The calibration itself runs on a GPU only: its calls are stood in for here.)"""
+    from types import SimpleNamespace
+
+    from bench.sweep import runner as runner_mod
+    from results.files import ResultsWriter
+
+    measured = []
+
+    def gemm(device, monitor, seconds):
+        measured.append(seconds)
+        return {"tflops_fresh": 600.0 + len(measured), "tflops_sustained": 500.0 + len(measured)}
+
+    monkeypatch.setattr(runner_mod, "calibrate_gemm", gemm)
+    monkeypatch.setattr(runner_mod, "calibrate_copy", lambda device: {"tb_per_s": 4.0})
+
+    def calibrate(writer):
+        r = runner_mod.Runner.__new__(runner_mod.Runner)
+        r.device, r.monitor, r.writer, r.lines = SimpleNamespace(type="cuda"), None, writer, []
+        r.settings = SimpleNamespace(hardware=SimpleNamespace(calibrate=True, calibrate_seconds=0.5))
+        r.say = r.lines.append
+        r._calibrate()
+        return r
+
+    meta = {"started_at": "t0", "host": "a", "gpu": "H200", "git_sha": "x", "calibration": None,
+            "measured_gemm_tflops": None}  # fmt: skip
+    first = ResultsWriter(tmp_path, dict(meta))
+    calibrate(first)
+    assert measured == [0.5] and first.meta["measured_gemm_tflops"] == 501.0
+    assert first.meta["calibration"]["session"] == 0 and "calibration_history" not in first.meta
+    data = json.loads((tmp_path / "results.json").read_text())
+
+    same = calibrate(ResultsWriter(tmp_path, {**meta, "started_at": "t1"}, existing=data))
+    assert measured == [0.5] and "not measured again" in same.lines[0]
+    assert same.writer.meta["measured_gemm_tflops"] == 501.0
+
+    data = json.loads((tmp_path / "results.json").read_text())
+    other = calibrate(ResultsWriter(tmp_path, {**meta, "started_at": "t2", "host": "b"}, existing=data))
+    assert len(measured) == 2 and other.writer.meta["measured_gemm_tflops"] == 502.0
+    assert other.writer.meta["calibration"]["session"] == 1
+    assert [c["gemm"]["tflops_sustained"] for c in other.writer.meta["calibration_history"]] == [501.0]

@@ -160,6 +160,13 @@ class Runner:
     def _calibrate(self) -> None:
         if self.device.type != "cuda" or not self.settings.hardware.calibrate:
             return
+        session, earlier = self.writer.session or 0, self.writer.meta.get("calibration") or {}
+        if earlier.get("gemm") and earlier.get("session", 0) == session:
+            # a fresh worker after a fault or a resume on this machine: the recorded cases' ceiling stays theirs
+            self.say(f"calibration: the run's own (session {session}), not measured again")
+            return
+        history = [*self.writer.meta.get("calibration_history", []), *([earlier] if earlier else [])]
+        kept = {"calibration_history": history} if history else {}
         try:
             self.say("calibrating: 8192^3 bf16 GEMM and a device copy ...")
             if self.monitor is not None:  # not its truth: a monitor with no sample yet has len() 0
@@ -169,7 +176,8 @@ class Runner:
                 self.monitor.end_case()
             copy = calibrate_copy(self.device)
             self.writer.update_meta(
-                calibration={"gemm": gemm, "copy": copy},
+                calibration={"gemm": gemm, "copy": copy, "session": session},
+                **kept,
                 measured_gemm_tflops=gemm.get("tflops_sustained") or gemm.get("tflops_fresh"),
                 measured_copy_tb_s=copy.get("tb_per_s"),
             )
@@ -182,7 +190,7 @@ class Runner:
             )
         except Exception as exc:
             self.say(f"calibration failed: {one_line(exc)}")
-            self.writer.update_meta(calibration={"error": one_line(exc)})
+            self.writer.update_meta(calibration={"error": one_line(exc), "session": session}, **kept)
 
     # -- per case ----------------------------------------------------------------------------------
     def provider(self, case: Case) -> Provider:
