@@ -301,7 +301,11 @@ def write_parquet(cases: list[dict], path: Path) -> Path:
         values = [v for v in df[col] if not _missing(v)]
         kinds = {type(v) for v in values}
         # a list of records (`kernels.rows`, `bands.rows`) is JSON text: its records differ in their keys
-        if dict in kinds or any(_records(v) for v in values) or (len(kinds) > 1 and not kinds <= {int, float}):
+        if (
+            dict in kinds
+            or any(_records(v) or _mixed_list(v) for v in values)
+            or (len(kinds) > 1 and not kinds <= {int, float})
+        ):
             df[col] = df[col].map(lambda v: None if _missing(v) else _as_text(v))
     df = df.dropna(axis=1, how="all")
     tmp = temp_name(Path(path))
@@ -322,6 +326,15 @@ def _missing(v: Any) -> bool:
 def _records(v: Any) -> bool:
     """A non-empty list of dicts (a table inside a case: `kernels.rows`, `bands.rows`, `counters.kernels`)."""
     return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def _mixed_list(v: Any) -> bool:
+    """A list Parquet cannot type: lists inside it (`counters.replayed.fwd_plan`: [[backend, lo, hi], ...]) or
+    elements of several kinds (words beside numbers)."""
+    if not isinstance(v, list):
+        return False
+    kinds = {type(x) for x in v if not _missing(x)}
+    return any(k in (list, tuple, dict) for k in kinds) or (len(kinds) > 1 and not kinds <= {int, float})
 
 
 def _as_text(v: Any) -> str:

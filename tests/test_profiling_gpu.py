@@ -478,6 +478,9 @@ def test_the_counters_profile_the_plan_each_gdpa_case_ran(tmp_path):
         # the call ncu profiles is the case's own pass (a backward case: the backward alone)
         for backend in {s["backend"] for s in dispatch[c["mode"]]["stages"]}:
             assert any(marks[backend] in n for n in names), (c["id"], backend, names)
+    import pandas as pd  # the replayed plans are nested lists: results.parquet still holds every case (2026-12-05)
+
+    assert len(pd.read_parquet(tmp_path / "replay" / "results.parquet")) == 2
 
 
 PACKED = {"name": "gdpa", "label": "gdpa_packed", "options": {"backend": "packed"}}

@@ -685,3 +685,23 @@ def test_the_gemm_ceiling_is_measured_once_a_session(tmp_path, monkeypatch):
     assert len(measured) == 2 and other.writer.meta["measured_gemm_tflops"] == 502.0
     assert other.writer.meta["calibration"]["session"] == 1
     assert [c["gemm"]["tflops_sustained"] for c in other.writer.meta["calibration_history"]] == [501.0]
+
+
+def test_parquet_takes_the_nested_lists_a_counters_record_holds(tmp_path):
+    """`counters.replayed` holds the plan a case's ncu child replayed, [[backend, lo, hi], ...]: lists of words,
+    numbers and nulls, which Parquet cannot type (the H200 run of 2026-12-05 lost its results.parquet to
+    them). They are JSON text there, as the record tables are, and read back as the record holds them."""
+    import json
+
+    from results.files import write_parquet
+
+    plan = [["triton", 0, 1024], ["hopper", 1024, None]]
+    cases = [
+        {"id": "a/fwd/gdpa", "times_ms": [0.5, 0.51], "counters": {"status": "ok", "replayed": {"fwd_plan": plan}}},
+        {"id": "a/fwd/fa4", "times_ms": [0.7], "counters": {"status": "ok"}, "sweep": {"tags": ["x", 3]}},
+        {"id": "b/fwd/gdpa", "times_ms": [0.4], "lengths": [3, 5, 7]},
+    ]
+    pq = pd.read_parquet(write_parquet(cases, tmp_path / "results.parquet"))
+    assert json.loads(pq["counters.replayed.fwd_plan"][0]) == plan
+    assert json.loads(pq["sweep.tags"][1]) == ["x", 3]
+    assert list(pq["lengths"][2]) == [3, 5, 7]  # a list of one kind stays a list column
