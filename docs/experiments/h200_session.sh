@@ -12,7 +12,6 @@
 #                                                        # finished or not; a machine lost mid-run: untar NAME.tgz
 #                                                        # into runs/ here, carry runs/NAME, `start` resumes it)
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
-#   bash docs/experiments/h200_session.sh m64           # issue 30: 64-row Hopper forward tiles (~1-2 min)
 #   bash docs/experiments/h200_session.sh tests-start G[:S] ...  # GPU-test groups (gpu_tests.sh G S) or commands,
 #                                                        # detached, one chain after another: they outlive the call
 #   bash docs/experiments/h200_session.sh tests-wait [S]  # until every chain ends (or S s), logs to $OUT
@@ -39,6 +38,10 @@
 # twice); the machine stopped answering 27 min in, in the third wait of the peers run (52 of its progress bar's
 # 128 cases done), and none was lent after: the run was lost, since `wait` brought the folder back only once the
 # run was done (it now brings it back from every call).
+# 2026-12-05: three starts refused ("no device machine"; ~90 s, then 15 s of budget each, ~10 min apart: ask
+# `status` for free until its none_now line is gone), then a start that counted ~6 min; `fa4-1 "tests-start
+# faults:250"`, `fa4-2 "tests-start kernels:480 profiling:320 <owned-bwd run> <m64> <ncu>"`, `tests-wait` twice:
+# faults 178 s, kernels 353 s, profiling ran out of its 320 s (give it 450), the owned-bwd run 5 min 35 s.
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
 # install.sh (joins the pieces, installs into /tmp/site). Make them here:
@@ -177,10 +180,6 @@ tests-wait)
   cat /tmp/gt/chain.log
   compgen -G "/tmp/gt/pending.*" > /dev/null && echo "still running" || echo "every chain ended"
   cp /tmp/gt/*.log /tmp/gt/*.out /tmp/gt/*.json "$OUT/" 2>/dev/null
-  ;;
-m64)
-  # issue 30: the Hopper forward on 64-row query tiles for the bands below 1024 (its kernels prebuilt into .hk)
-  python3 docs/experiments/hopper_m64_gpu.py --kernels /tmp/hk 2>&1 | tail -40
   ;;
 bands)
   python3 docs/experiments/bands_gpu.py 2>&1 | tee "$OUT/bands_gpu.log" | tail -12

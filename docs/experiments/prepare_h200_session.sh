@@ -37,7 +37,7 @@ fi
 
 log "Hopper kernels into .hk"
 export CUTE_DSL_ARCH=sm_90a PYTHONPATH=.
-for script in hopper_gpu persistent_gpu jagged_gpu persistent_bwd_gpu hopper_m64_gpu; do
+for script in hopper_gpu persistent_gpu jagged_gpu persistent_bwd_gpu; do
   [ -f "docs/experiments/$script.py" ] || continue
   python -W ignore "docs/experiments/$script.py" --prebuild .hk > "/tmp/prebuild-$script.log" 2>&1 || {
     log "prebuild $script failed: /tmp/prebuild-$script.log"; exit 1; }
