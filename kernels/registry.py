@@ -323,7 +323,6 @@ def _load_all() -> None:
         for ep in _entry_points():
             _load_plugin(ep)
     for module in provider_modules():
-        before, sources_before = dict(_REGISTRY), dict(_SOURCES)
         try:
             _track(ProviderSource(ENV_MODULE, module), lambda m=module: importlib.import_module(m))
         except Exception as exc:  # ImportError, or anything the module raises while it loads
@@ -331,18 +330,6 @@ def _load_all() -> None:
                 f"{PROVIDER_MODULES_VARIABLE}: the module {module!r} does not import ({one_line(exc)}); allowed: "
                 "comma-separated importable module paths"
             ) from None
-        taken = [n for n, cls in before.items() if _REGISTRY.get(n) is not cls]
-        if taken:  # as for plugins: a name another source registered is not silently replaced
-            _REGISTRY.clear()
-            _REGISTRY.update(before)
-            _SOURCES.clear()
-            _SOURCES.update(sources_before)
-            sys.modules.pop(module, None)  # the next call imports it again, and says so again
-            owner = _source_of(taken[0], before[taken[0]], sources_before)
-            raise ProviderModuleError(
-                f"{PROVIDER_MODULES_VARIABLE}: the module {module!r} registers {taken[0]!r}, a name already taken "
-                f"({owner.describe()}); give its provider another name"
-            )
     _loaded = True
 
 

@@ -165,26 +165,3 @@ def test_a_plugin_may_not_take_a_built_in_providers_name(tmp_path, monkeypatch, 
     assert registry.provider_class("naive_eager") is builtin
     assert registry.provider_source("naive_eager").kind == registry.BUILT_IN
     registry._FAILURES.pop()
-
-
-def test_a_providers_module_may_not_take_a_built_in_providers_name(tmp_path, monkeypatch):
-    """A GDPA_BENCH_PROVIDERS module that registers `naive_eager` again is refused as plugins are (one line,
-    the built-in stays), and again on the next call, not only the first."""
-    from kernels import registry
-
-    builtin = registry.provider_class("naive_eager")
-    (tmp_path / "gdpa_usurper_env.py").write_text(PLUGIN_CODE.replace('"plugin_naive"', '"naive_eager"'))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv(registry.PROVIDER_MODULES_VARIABLE, "gdpa_usurper_env")
-    monkeypatch.setattr(registry, "_loaded", False)
-    monkeypatch.delitem(sys.modules, "gdpa_usurper_env", raising=False)
-    for _ in range(2):
-        with pytest.raises(registry.ProviderModuleError) as err:
-            registry.provider_class("naive_eager")
-        line = str(err.value)
-        assert "\n" not in line and "'gdpa_usurper_env' registers 'naive_eager'" in line, line
-        assert "a name already taken (built-in)" in line, line
-        assert registry._REGISTRY["naive_eager"] is builtin
-    monkeypatch.delenv(registry.PROVIDER_MODULES_VARIABLE)
-    assert registry.provider_class("naive_eager") is builtin
-    assert registry.provider_source("naive_eager").kind == registry.BUILT_IN
