@@ -33,6 +33,12 @@ def tflops_column(df: pd.DataFrame, meta: dict) -> np.ndarray:
     return recorded_else(df, tflops(df["flops"].to_numpy(), df["median_ms"].to_numpy()), "tflops")
 
 
+def cycles_column(df: pd.DataFrame, meta: dict) -> np.ndarray:
+    """Millions of SM cycles a call: the median at the samples' own clock (NaN where no clock was read)."""
+    clock = pd.to_numeric(df["sm_clock_mhz"], errors="coerce") if "sm_clock_mhz" in df else np.nan
+    return (pd.to_numeric(df["median_ms"], errors="coerce") * clock / 1e3).to_numpy(dtype=float)
+
+
 def recorded_first(df: pd.DataFrame, recorded: str, computed: Callable[[], np.ndarray]) -> np.ndarray:
     """The recorded figure, or the computed one where the case recorded none (older runs, CPU runs)."""
     fallback = np.asarray(computed(), dtype=float)

@@ -164,3 +164,15 @@ def test_adding_a_metric_is_one_row(tmp_path, monkeypatch):
     assert table.headers[col - 1] == "FLOP/B" and any(r[col] == f"{ok['achieved_tb_s']:.3f}" for r in table.rows)
     assert "| `achieved_tb_s` | TB/s | frame |" in field_reference()
     assert not math.isnan(ok["achieved_tb_s"])
+
+
+def test_sm_cycles_are_the_median_at_the_samples_own_clock():
+    """`sm_mcycles` = median_ms · sm_clock_mhz / 1000: two kernels at a binding power cap compare by it where time
+    only says which one drew less power a cycle; a case without a clock reading has none (NaN, not 0)."""
+    cases = synth.h200_run()["cases"][:3]
+    cases[0] = {**cases[0], "median_ms": 2.0, "sm_clock_mhz": 1650.0}
+    cases[1] = {**cases[1], "median_ms": 2.0, "sm_clock_mhz": 1980.0}
+    cases[2] = {**cases[2], "sm_clock_mhz": None}
+    df = cases_frame(cases, synth.gpu_meta())
+    assert df["sm_mcycles"].iloc[0] == pytest.approx(3.3) and df["sm_mcycles"].iloc[1] == pytest.approx(3.96)
+    assert math.isnan(df["sm_mcycles"].iloc[2])
