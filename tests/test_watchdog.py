@@ -104,6 +104,42 @@ def test_the_watch_knows_the_case_in_flight_and_its_deadline():
     assert not watch.thread.is_alive()  # the worker's exit is the reader's end of file
 
 
+def test_the_watch_bounds_a_workers_start_before_its_first_case():
+    """Silent since it started past `startup_s`: overdue with no case (`id` None); once it reported anything, the
+    start is over and only cases have deadlines (ncu's pass after the sweep runs between cases, unbounded here)."""
+    r, w = os.pipe()
+    clock = Clock()
+    watch = Watch(r, 10, clock=clock, startup_s=30)
+    clock.t += 29
+    assert watch.overdue() is None
+    clock.t += 2
+    over = watch.overdue()
+    assert over["id"] is None and over["wall_s"] == 31 and "reached no case in 31 s" in over["error"]
+    watch.report("", "started")  # the runner, once its monitor and calibration are up: no case in flight
+    assert watch.case is None
+    clock.t += 10_000
+    assert watch.overdue() is None
+    assert Watch(r, 10).startup_s == 900 and Watch(r, 1200).startup_s == 1200  # never below the case deadline
+    os.close(w)
+
+
+def test_a_worker_that_never_reaches_a_case_stops_the_run(tmp_path, monkeypatch):
+    """A worker stuck before its first case (a driver that hangs its first CUDA call) is killed and the run
+    stops with why (a fresh worker would wait the same way), where it used to wait forever."""
+    from bench.case import watchdog
+    from bench.shard.worker import WorkerProcess
+
+    monkeypatch.setattr(watchdog, "STARTUP_S", 1.0)
+    stuck = [sys.executable, "-c", "import time; time.sleep(300)"]
+    worker = WorkerProcess(stuck, tmp_path, dict(os.environ), case_timeout_s=0.5)
+    seen, t0 = [], time.monotonic()
+    worker.wait(on_hang=seen.append)
+    assert time.monotonic() - t0 < 60
+    assert [o["id"] for o in seen] == [None]
+    assert worker.advance() is None and "reached no case in" in worker.stalled
+    assert worker.proc.poll() is not None
+
+
 def test_a_reporter_whose_parent_has_gone_goes_quiet():
     r, w = os.pipe()
     os.close(r)
@@ -142,10 +178,11 @@ def test_the_runner_reports_every_phase_of_a_case_in_order(tmp_path):
     Runner(cfg, tmp_path / "run", torch.device("cpu"), progress=False, phase=lambda c, p: seen.append((c, p))).run(
         cfg.cases
     )
+    assert seen[0] == ("", "started")  # the start is over (monitor, calibration): the watchdog's startup bound
     first = [p for c, p in seen if c == cfg.cases[0].id]
     timed = ["batch", "setup", "gate", "compile", "power", "samples", "power", "views", "recorded"]
     assert first == [*timed, "batch", "views", "recorded"]  # then its breakdown, after every case was timed
-    assert set(p for _, p in seen) <= set(PHASES)
+    assert set(p for _, p in seen[1:]) <= set(PHASES)
     ids = [c.id for c in cfg.cases]
     assert [c for c, p in seen if p == "recorded"] == ids + ids  # the timed phase, then the profiled one
 

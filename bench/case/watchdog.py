@@ -14,6 +14,10 @@ knows which case runs since when and in which phase; a case that runs past `timi
 synchronize never sees the signal) and starts a fresh one, as after a CUDA fault, that records the case
 `failed` with `hung: no progress for N s ...` and the phase, then runs the rest (`--hung-case`).
 
+The worker's start — imports, the CUDA context, the monitor, the GEMM calibration — ends with a report of its
+own (`started`, no case); a worker silent since it started for `STARTUP_S` (at least the case deadline) is
+killed and the run stops with why: no case is in flight, and a fresh worker would wait the same way.
+
 Nothing of this is inside a timed region: a report is a few bytes written between phases, never between
 the timed calls. In one process (`--isolation none`, `bench.run`) nothing watches: `--case-timeout` is
 refused there.
@@ -28,8 +32,12 @@ import threading
 import time
 
 RECORDED = "recorded"  # the case is in results.json: nothing of it runs any more
+STARTED = "started"  # the worker's start is over (its first case, or the profiled phase, may still be far off)
 PHASES = ("batch", "setup", "gate", "compile", "power", "samples", "views", RECORDED)
 KILL_GRACE_S = 10.0  # after SIGTERM, how long a hung worker may take to write its finished cases
+# A worker's start before its first report — imports, the CUDA context, the monitor, the GEMM calibration (at most
+# MAX_LOOP_S) — is bounded too: a GPU whose driver hangs its first call would otherwise hold the run forever.
+STARTUP_S = 900.0
 
 
 class PhaseReporter:
@@ -54,8 +62,10 @@ class Watch:
     """The parent's side, one per worker process: what the worker last reported, read by a daemon thread
     from `read_fd` until the worker closes it."""
 
-    def __init__(self, read_fd: int, timeout_s: float, clock=time.monotonic):
+    def __init__(self, read_fd: int, timeout_s: float, clock=time.monotonic, startup_s: float | None = None):
         self.timeout_s, self.clock = float(timeout_s), clock
+        self.startup_s = max(self.timeout_s, STARTUP_S) if startup_s is None else float(startup_s)
+        self.started, self.reported = clock(), False
         self.case: str | None = None
         self.phase: str | None = None
         self.case_t0 = self.phase_t0 = 0.0
@@ -75,6 +85,9 @@ class Watch:
     def report(self, case_id: str, phase: str) -> None:
         now = self.clock()
         with self.lock:
+            self.reported = True
+            if phase == STARTED:
+                return
             if phase == RECORDED:
                 self.case = self.phase = None
                 return
@@ -94,9 +107,13 @@ class Watch:
             return {"id": self.case, "phase": self.phase or "?", "elapsed": elapsed, "in_phase": in_phase}
 
     def overdue(self) -> dict | None:
-        """The hung case (`id`, `error`, `wall_s`) once the case in flight has run past the deadline, else None."""
+        """The hung case (`id`, `error`, `wall_s`) once the case in flight has run past the deadline, else None;
+        a worker silent since it started past `startup_s`: the same with `id` None (no case to record)."""
         now = self.clock()
         with self.lock:
+            if self.case is None and not self.reported and now - self.started > self.startup_s:
+                waited = now - self.started
+                return {"id": None, "error": startup_error(waited, self.startup_s), "wall_s": round(waited, 3)}
             if self.case is None or now - self.case_t0 <= self.timeout_s:
                 return None
             elapsed, in_phase = now - self.case_t0, now - self.phase_t0
@@ -112,6 +129,15 @@ def hung_error(elapsed: float, timeout_s: float, phase: str, in_phase: float) ->
     return (
         f"hung: no progress for {elapsed:.0f} s (the case deadline, timing.case_timeout_s: {timeout_s:g} s), in "
         f"phase {phase} for the last {in_phase:.0f} s; its worker process was killed"
+    )
+
+
+def startup_error(waited: float, startup_s: float) -> str:
+    """Why a run stopped whose worker never reached its first case."""
+    return (
+        f"the worker process reached no case in {waited:.0f} s after it started (its bound: {startup_s:g} s for "
+        "the imports, the CUDA context, the power monitor and the GEMM calibration); it was killed and the run "
+        "stops: a fresh one would wait the same way (--resume continues once the GPU answers)"
     )
 
 

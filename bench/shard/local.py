@@ -150,7 +150,7 @@ def launch(
                     over = w.check_hung()
                     if over is not None:
                         with lock:
-                            print(f"[{w.tag}] {over['id']}: {over['error']}", flush=True)
+                            print(f"[{w.tag}] {over['id'] or 'the worker'}: {over['error']}", flush=True)
                     why = w.advance() if w.proc.poll() is not None else None
                     if why is not None:
                         what = {"fault": "after a CUDA fault", "hang": "after a hung case", "crash": "after a crash"}

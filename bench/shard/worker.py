@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from bench.case.watchdog import KILL_GRACE_S, Watch, died_error
-from bench.errors import EXIT_CONTEXT_LOST, EXIT_INTERRUPTED
+from bench.errors import EXIT_CONTEXT_LOST, EXIT_FAILED, EXIT_INTERRUPTED
 from bench.sweep.environments import Leg
 from results.files import ResultsError, read_results
 
@@ -123,6 +123,7 @@ class WorkerProcess:
         self.hangs = 0
         self.crashes = 0  # processes that ended under a case (a segfault, an abort)
         self.hung: dict | None = None  # the case the watchdog ended this process for
+        self.stalled: str | None = None  # why the run stopped: a worker that never reached a case
         self.kill_at: float | None = None
         self.watch: Watch | None = None
         self.cmd = list(cmd)
@@ -178,6 +179,10 @@ class WorkerProcess:
         (a CUDA fault left its context unusable, having recorded a case since it started: a run cannot loop), `leg` (its
         environment's cases are done: the next environment's worker). Which, or None."""
         if self.proc.poll() is None:
+            return None
+        if self.hung is not None and self.hung["id"] is None:  # it never reached a case: the run stops
+            self._kill_group()
+            self.stalled, self.hung = self.hung["error"], None
             return None
         if self.hung is not None:
             self._kill_group()  # whatever the stopped worker had started
@@ -277,10 +282,10 @@ def run_in_worker(cfg, args, run_dir: Path, lock_fd: int, legs: list[Leg], case_
     )
     try:
         while True:
-            worker.wait(on_hang=lambda over: print(f"  {over['id']}: {over['error']}", flush=True))
+            worker.wait(on_hang=lambda over: print(f"  {over['id'] or 'the worker'}: {over['error']}", flush=True))
             why = worker.advance()
             if why is None:
-                return worker.proc.returncode
+                return EXIT_FAILED if worker.stalled else worker.proc.returncode
             if why == "leg":
                 print(f"the cases of {worker.legs[worker.leg].summary()} (pid {worker.proc.pid})", flush=True)
             else:

@@ -31,7 +31,7 @@ from bench.case.faults import ContextLost, is_sticky_cuda_error
 from bench.case.gate import correctness
 from bench.case.power import CasePower
 from bench.case.timing import Samples, sync_for, time_call
-from bench.case.watchdog import RECORDED
+from bench.case.watchdog import RECORDED, STARTED
 from bench.config.cases import Case, Workload
 from bench.config.models import LoadedConfig
 from bench.config.profiling import sections_record
@@ -165,8 +165,7 @@ class Runner:
             # a fresh worker after a fault or a resume on this machine: the recorded cases' ceiling stays theirs
             self.say(f"calibration: the run's own (session {session}), not measured again")
             return
-        history = [*self.writer.meta.get("calibration_history", []), *([earlier] if earlier else [])]
-        kept = {"calibration_history": history} if history else {}
+        kept = {"calibration_history": [*self.writer.meta.get("calibration_history", []), earlier]} if earlier else {}
         try:
             self.say("calibrating: 8192^3 bf16 GEMM and a device copy ...")
             if self.monitor is not None:  # not its truth: a monitor with no sample yet has len() 0
@@ -364,6 +363,7 @@ class Runner:
             try:
                 self._start_monitor()
                 self._calibrate()
+                self.phase("", STARTED)  # the watchdog bounds what came before (bench.case.watchdog.STARTUP_S)
                 for w, group in groupby(todo, key=lambda c: c.workload):
                     self._run_workload(w, list(group), counts)
                 self._profiled_phase(cases)  # nothing is timed in this process after it (§5)
