@@ -5,7 +5,9 @@ backward on a uniform batch (B 128, H 4, D 128, every sequence 2048: the shape w
 FA4's), profiled with `ncu --set full --clock-control none` (the clocks stay as the machine has them), only
 between cudaProfilerStart/Stop, after both have compiled and warmed up. Writes the raw metrics of every kernel
 to $OUT/bwd_loop_ncu.csv.gz and prints, for the two main-loop kernels, the pipes' issue shares (FMA, ALU,
-XU = MUFU, tensor), issue-slot use, the top warp stall reasons and the instruction counts.
+XU = MUFU, tensor), issue-slot use, the top warp stall reasons and the instruction counts; then, per kernel, the
+stall samples per SASS instruction (where the warps wait: the wgmma waits, the PdS barrier, the pointwise) summed
+by opcode and the top instructions ($OUT/bwd_loop_sass_<kernel>.csv.gz).
 
     # on the GPU machine, FA4 installed, the Hopper kernels in $GDPA_HOPPER_KERNEL_DIR (or compiled there):
     PYTHONPATH=. python docs/experiments/bwd_loop_ncu.py
@@ -141,7 +143,42 @@ def main() -> int:
     with gzip.open(out / "bwd_loop_ncu.csv.gz", "wt") as fh:
         fh.write(raw.stdout)
     summarize(rows_of(raw.stdout))
+    for tag, kernel in (("gdpa_hopper", "regex:GDPABackwardSm90"), ("fa4", "regex:FlashAttentionBackwardSm90")):
+        where_stalled(ncu, rep, tag, kernel, out)
     return 0
+
+
+def where_stalled(ncu: str, rep: Path, tag: str, kernel: str, out: Path, top: int = 12) -> None:
+    """The main loop's stall samples per SASS instruction (`--set full` samples warp states: SourceCounters):
+    which instructions the warps wait at — the dP GEMM's wgmma wait, the PdS barrier, the pointwise — summed by
+    opcode, then the `top` instructions. The page goes to $OUT/bwd_loop_sass_<tag>.csv.gz."""
+    cmd = [ncu, "--import", str(rep), "--page", "source", "--csv", "--print-source", "sass", "--kernel-name", kernel]
+    page = subprocess.run(cmd, capture_output=True, text=True)
+    with gzip.open(out / f"bwd_loop_sass_{tag}.csv.gz", "wt") as fh:
+        fh.write(page.stdout)
+    lines = [ln for ln in page.stdout.splitlines() if ln.startswith('"')]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines)))) if lines else []
+    stall = next((c for c in (rows[0] if rows else {}) if c.startswith("Warp Stall Sampling (All")), None)
+    if not rows or stall is None:
+        print(f"\n{tag}: no per-instruction stall samples ({page.stderr.strip()[-300:] or 'empty source page'})")
+        return
+
+    def samples(r):
+        try:
+            return float(str(r.get(stall) or 0).replace(",", ""))
+        except ValueError:
+            return 0.0
+
+    total = sum(samples(r) for r in rows) or 1.0
+    by_op: dict[str, float] = {}
+    for r in rows:
+        op = (r.get("Source") or "?").split()[0] if (r.get("Source") or "").strip() else "?"
+        op = op.split(".")[0] if not op.startswith("@") else (r["Source"].split()[1].split(".")[0])
+        by_op[op] = by_op.get(op, 0.0) + samples(r)
+    print(f"\n{tag}: {len(rows)} SASS instructions, {total:,.0f} stall samples; by opcode:")
+    print("   " + ", ".join(f"{op} {v / total:.1%}" for op, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:10]))
+    for r in sorted(rows, key=samples, reverse=True)[:top]:
+        print(f"   {samples(r) / total:6.1%}  {r.get('Address', '?'):>6}  {(r.get('Source') or '').strip()[:80]}")
 
 
 if __name__ == "__main__":
