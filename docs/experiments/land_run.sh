@@ -12,6 +12,10 @@ set -euo pipefail
 tgz=${1:?usage: land_run.sh TGZ NAME DEST [LOG ...]} name=${2:?NAME} dest=${3:?DEST}
 shift 3
 [ -f "$tgz" ] || { echo "land_run.sh: $tgz: no such file" >&2; exit 2; }
+case $dest in  # DEST is replaced: only an example-run folder of docs/
+docs/example-*) ;;
+*) echo "land_run.sh: DEST $dest: allowed: docs/example-<name> (it is replaced)" >&2; exit 2 ;;
+esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tar xzf "$tgz" -C "$tmp"
