@@ -46,6 +46,18 @@ def test_git_sha_from_the_environment_when_there_is_no_git(monkeypatch):
     assert st["git_sha"] == "abc123" and st["git_dirty"] is None and st["git_source"] == "$GDPA_GIT_SHA"
 
 
+def test_git_sha_from_the_environment_wins_over_a_stale_repository(monkeypatch):
+    """A lent GPU machine's copy of the tree carries the checkout's .git as the session began: commits made since
+    are not its HEAD. $GDPA_GIT_SHA, set by the caller, names the files' commit; the record keeps both."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    monkeypatch.setenv("GDPA_GIT_SHA", "0123abcd")
+    st = env.git_state()
+    assert st["git_sha"] == st["git_commit"] == "0123abcd" and st["git_dirty"] is None
+    assert st["git_source"] == f"$GDPA_GIT_SHA (the repository's HEAD: {head})"
+    monkeypatch.setenv("GDPA_GIT_SHA", head[:12])  # the same commit: nothing stale to say
+    assert env.git_state()["git_source"] == "$GDPA_GIT_SHA"
+
+
 class _NVML:
     """The part of pynvml that device_facts reads; `fail` names calls that raise."""
 

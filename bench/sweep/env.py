@@ -59,19 +59,23 @@ def own_repository() -> bool:
 def git_state() -> dict:
     """{git_sha (sha + "-dirty" when dirty, as always recorded), git_commit, git_dirty, git_branch,
     git_commit_time, git_source, package_version}, git facts only from the repository that holds the
-    package (else None, or $GDPA_GIT_SHA; `package_version` is always the installed gdpa-bench's).
+    package, unless $GDPA_GIT_SHA names the files' commit (it wins: a copied tree, a stale .git); `package_version`
+    is always the installed gdpa-bench's.
     Dirty means tracked files differ from HEAD (`git status --porcelain`)."""
     sha = _git("rev-parse", "HEAD") if own_repository() else None
     version = package_version("gdpa-bench")
-    if not sha:
-        env_sha = os.environ.get(GIT_SHA_VARIABLE) or None
+    env_sha = os.environ.get(GIT_SHA_VARIABLE) or None
+    if not sha or env_sha:
+        # set, it wins: the caller names the commit of the files, where the tree was copied without `.git` or
+        # with a stale one (a lent GPU machine's copy holds the checkout's .git as its session began)
+        stale = f" (the repository's HEAD: {sha})" if sha and env_sha and not sha.startswith(env_sha) else ""
         return {
             "git_sha": env_sha,
             "git_commit": env_sha,
             "git_dirty": None,
             "git_branch": None,
             "git_commit_time": None,
-            "git_source": f"${GIT_SHA_VARIABLE}" if env_sha else None,
+            "git_source": f"${GIT_SHA_VARIABLE}{stale}" if env_sha else None,
             "package_version": version,
         }
     status = _git("status", "--porcelain", "--untracked-files=no")

@@ -15,6 +15,9 @@
 #   bash docs/experiments/h200_session.sh tests-start G[:S] ...  # GPU-test groups (gpu_tests.sh G S) or commands,
 #                                                        # detached, one chain after another: they outlive the call
 #   bash docs/experiments/h200_session.sh tests-wait [S]  # until every chain ends (or S s), logs to $OUT
+# The device copy's .git is the checkout's as the session began: name the files' commit in every call that runs
+# something, `GDPA_GIT_SHA=<git rev-parse HEAD, here> bash docs/experiments/h200_session.sh ...` (the detached runs
+# inherit it; their records then carry the right commit, git_source "$GDPA_GIT_SHA (the repository's HEAD: ...)").
 # Before the first call, here: `bash docs/experiments/prepare_h200_session.sh [--pending] [--fbtriton]` makes
 # every carried folder below (they do not survive a session).
 # A call carries at most 64 MiB with the tracked tree (~9 MB): .fa4/p2 (38) + .hk (~10) fit, .peers (10) beside
