@@ -36,6 +36,12 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="run folder (default: <output_dir>/<config>-<UTC time>)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run folder, skipping recorded cases")
     parser.add_argument("--force", action="store_true", help="with --resume: continue a run made from another config")
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --resume: run the cases recorded failed again (a kernel fixed since, a hang, a lost GPU); their "
+        "records move to results.json meta.retried",
+    )
     options.selection(parser)
     options.device(parser)
     parser.add_argument("--gpus", help="shard over GPUs: 'all' or a list like 0,1")
@@ -69,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from bench.config.models import default_run_dir
     from bench.config.resources import check_run_fits
     from bench.config.selection import restrict_to_list, select_cases
-    from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option
+    from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option, retry_failed
     from bench.sweep.runlock import inherited_lock, run_folder_lock
 
     for option, value in (("--out", args.out), ("--resume", args.resume)):
@@ -83,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out}: not with --resume, which continues {args.resume} in place")
     if args.force and not args.resume:
         raise UsageError("--force: only with --resume (it allows resuming a run of another config)")
+    if args.retry_failed and not args.resume:
+        raise UsageError("--retry-failed: only with --resume RUN_DIR (it runs that run's failed cases again)")
+    if args.retry_failed and args.gpus is not None:
+        raise UsageError("--retry-failed: not with --gpus (a sharded run's failed cases: resume each shard's folder)")
     for flag, value in (("--lock-fd", args.lock_fd), ("--status-fd", args.status_fd), ("--hung-case", args.hung_case)):
         if value is not None and not args.worker:
             raise UsageError(f"{flag}: internal to a worker process (bench.shard.worker); allowed: no {flag}")
@@ -102,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         run_dir, option = Path(args.resume), "--resume"
         check_resume(cfg, run_dir, args.force)
+        if args.retry_failed and not args.worker:  # a worker's parent did it, under the same lock
+            with run_folder_lock(run_dir, option):
+                ids = retry_failed(run_dir)
+            print(f"--retry-failed: {len(ids)} failed case(s) of {run_dir} to run again", flush=True)
     else:
         run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
         option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"

@@ -5,7 +5,8 @@ another config, or written outside the place the user named (docs/DESIGN.md §7)
   (`results.json` or a multi-GPU plan: that is what `--resume` is for), must not be or sit under a file,
   and its nearest existing folder must be writable;
 - `--resume DIR`: DIR must hold a readable results.json of schema `gdpa-bench/1` made from the same
-  config (name and sha256 of the file), unless `--force`.
+  config (name and sha256 of the file), unless `--force`; with `--retry-failed` its failed cases run again
+  (`retry_failed`).
 
 Every refusal is a one-line `UsageError`.
 """
@@ -15,11 +16,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.config.models import LoadedConfig
 from bench.errors import CLI, Spelling, UsageError
-from results.files import ResultsError, read_results
+from results.files import ResultsError, ResultsWriter, read_results
 from support.inputs import InputError, check_path_text
 
 PLAN_FILE = "multigpu.json"  # the plan of a sharded run (bench.shard.plan)
@@ -133,3 +135,19 @@ def resume_command(argv: list[str], run_dir: Path) -> str:
         args.append(x)
     prog = "gdpa-bench" if Path(sys.argv[0]).name == "gdpa-bench" else "python -m bench"
     return f"{prog} {shlex.join([*args, '--resume', str(run_dir)])}"
+
+
+def retry_failed(run_dir: Path) -> list[str]:
+    """`run --resume RUN_DIR --retry-failed`: the cases results.json records `failed` leave its `cases` for
+    `meta.retried` (each record whole, with `retried_at`), so the resumed run measures them again; nothing
+    else in the run changes, and a retry interrupted before they ran again leaves them to the next `--resume`
+    (recorded nowhere as done). Returns their ids. Call it holding the folder's lock."""
+    data = read_results(run_dir)
+    failed = [c for c in data.get("cases", []) if c.get("status") == "failed"]
+    if failed:
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        meta = data.setdefault("meta", {})
+        meta["retried"] = [*meta.get("retried", []), *({**c, "retried_at": when} for c in failed)]
+        data["cases"] = [c for c in data["cases"] if c.get("status") != "failed"]
+        ResultsWriter.of(Path(run_dir), data)
+    return [c["id"] for c in failed]
