@@ -73,7 +73,8 @@ start() {
   # a run folder already there (one a lost machine's `wait` brought back, untarred into the checkout's runs/NAME
   # and carried: runs/ is git-ignored) is continued: results.files records the new machine as a second session
   local where="--out runs/$name"
-  [ -e "runs/$name/results.json" ] && where="--resume runs/$name"
+  # (RETRY_FAILED=1: its failed cases run again too, `--retry-failed`)
+  [ -e "runs/$name/results.json" ] && where="--resume runs/$name${RETRY_FAILED:+ --retry-failed}"
   setsid nohup bash -c "python3 -m bench run $config $where $* >> runs/$name.log 2>&1; echo \$? > runs/$name.done" \
     > /dev/null 2>&1 < /dev/null &
   echo "started $name: python3 -m bench run $config $where $*"
