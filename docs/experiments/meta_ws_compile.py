@@ -22,9 +22,16 @@ What it found (2026-12-04, Meta's checkout at 2c128ab; bf16, H 4, D 128, a jagge
   builds the forward (255 registers, no spills, not warp-specialized); the backward then fails at its dQ
   descriptor store (BLOCK_M1 // NCG rows against BLOCK_M2); with num_stages 0 fbtriton's
   NVGPUWarpSpecialization pass fails on any loop. enable_tma False builds both, without warp specialization.
-Options: --which fwd|bwd|both, --block-n 64|128 (32 is excluded by Meta: "ws hang"), --act NAME, --dense,
---meta-ws (TRITON_USE_META_WS=1), and for diagnosis --ncg N, --stages N, --no-tma. Per kernel in --out:
-<tag>.signature.txt, then <tag>.error.txt (the traceback) or the compiled stages and cubin.
+- 2026-12-05, `--which bwd --bwd-list default` (Meta's plain TMA backward, the label meta_gdpa_tma, enable_ws off),
+  fbtriton 3.6.1 (`chmod +x` the unpacked wheel's backends/nvidia/bin first: the zip drops the mode): of the 5
+  block pairs Meta's default list keeps, (32, 32, 32) and (64, 64, 64) (BLOCK_M1, BLOCK_N1, BLOCK_M2) build to
+  sm_90a cubins; (32, 64, 64), (32, 128, 128), (64, 128, 128) fail in the front end at `desc_dq.store(...,
+  store_reduce="add")`: `assert value.shape == desc.block_shape` (the dQ block has BLOCK_M2 rows, the descriptor
+  BLOCK_M1 // NUM_CONSUMER_GROUPS) -- the H200's failure of every meta_gdpa_tma backward
+  (docs/experiments/h200-2026-12-05b); pending/issue33-meta-tma-bwd-configs.patch keeps the two that build.
+Options: --which fwd|bwd|both, --bwd-list ws|default, --block-n 64|128 (32 is excluded by Meta: "ws hang"),
+--act NAME, --dense, --meta-ws (TRITON_USE_META_WS=1), and for diagnosis --ncg N, --stages N, --no-tma. Per kernel
+in --out: <tag>.signature.txt, then <tag>.error.txt (the traceback) or the compiled stages and cubin.
 """
 
 from __future__ import annotations
@@ -48,6 +55,13 @@ ap.add_argument("--ncg", type=int, default=None, help="override the config's NUM
 ap.add_argument("--stages", type=int, default=None, help="override the config's num_stages (diagnosis only)")
 ap.add_argument("--no-tma", action="store_true", help="enable_tma False (the label sets it True)")
 ap.add_argument("--meta-ws", action="store_true", help="TRITON_USE_META_WS=1 (fbtriton knob)")
+ap.add_argument(
+    "--bwd-list",
+    choices=["ws", "default"],
+    default="ws",
+    help="the backward's configs: Meta's WS list (the label meta_gdpa_ws), or its default list with enable_ws off "
+    "(meta_gdpa_tma: one config per block pair, each compiled)",
+)
 ap.add_argument("--out", default="/tmp/meta_ws")
 ap.add_argument(
     "--checkout", default=os.path.join(os.path.dirname(__file__), "..", "..", ".peers", "ads_model_kernel_library")
@@ -260,8 +274,14 @@ if a.which in ("fwd", "both"):
 
 if a.which in ("bwd", "both"):
     kern = unroll_varargs(M._gdpa_bwd, N=0, unroll_as_const=True)
-    cfgs = [c for c in M.bwd_autotune_configs_ws["default"] if M.bwd_keep(c)]
-    print("bwd WS configs:", [cfg_str(c) for c in cfgs])
+    listed = M.bwd_autotune_configs_ws if a.bwd_list == "ws" else M.bwd_autotune_configs
+    cfgs = [c for c in listed["default"] if M.bwd_keep(c)]
+    print(f"bwd {a.bwd_list} configs:", [cfg_str(c) for c in cfgs])
+    if a.bwd_list == "default":  # one per (BLOCK_M1, BLOCK_N1, BLOCK_M2): the front end's checks see only those
+        pairs = {}
+        for c in cfgs:
+            pairs.setdefault(tuple(c.kwargs[n] for n in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2")), c)
+        cfgs = list(pairs.values())
     cfg = cfgs[0]
     do, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
     args = [
@@ -325,6 +345,16 @@ if a.which in ("bwd", "both"):
         activation_enum_int=act,
         USE_I64_IDX=False,
     )
-    bwd_ok = compile_kernel(f"bwd{'_notma' if a.no_tma else ''}", kern, args, kw, cfg) is not None
+    if a.bwd_list == "ws":
+        bwd_ok = compile_kernel(f"bwd{'_notma' if a.no_tma else ''}", kern, args, kw, cfg) is not None
+    else:
+        built = {}
+        for c in cfgs:
+            m1, n1, m2 = (c.kwargs[n] for n in ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2"))
+            tag = f"bwd_m1{m1}_n1{n1}_m2{m2}{'_notma' if a.no_tma else ''}"
+            built[(m1, n1, m2)] = compile_kernel(tag, kern, args, kw, c) is not None
+        for (m1, n1, m2), ok in built.items():
+            print(f"bwd BLOCK_M1 {m1} BLOCK_N1 {n1} BLOCK_M2 {m2}: {'builds' if ok else 'FAILS'}")
+        bwd_ok = all(built.values())
 
 print(f"RESULT triton {triton.__version__}: fwd {fwd_ok} bwd {bwd_ok} (artifacts in {a.out})")
