@@ -88,3 +88,29 @@ def test_retry_failed_is_not_for_a_sharded_run(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--retry-failed: not with --gpus" in err[0], err
     assert [c["status"] for c in read_results(out)["cases"]].count("failed") == 1  # nothing moved
+
+
+def test_a_refused_retry_changes_nothing(tmp_path, capsys, monkeypatch):
+    """Every check runs before the failed records move: a run refused (here: no memory for its cases) keeps
+    results.json as it was."""
+    from bench.config import resources
+
+    cfg, out, _, _ = failed_run(tmp_path, capsys)
+    before = (out / "results.json").read_text()
+    monkeypatch.setattr(resources, "free_bytes", lambda device: 1)
+    args = ["run", str(cfg), "--resume", str(out), "--no-progress", "--no-report", "--isolation", "none"]
+    assert main([*args, "--retry-failed"]) == 2
+    assert (out / "results.json").read_text() == before
+
+
+def test_the_python_api_retries_failed_cases(tmp_path, capsys):
+    import bench
+
+    cfg, out, bad, _ = failed_run(tmp_path, capsys)
+    with pytest.raises(ValueError, match=r"^retry_failed=True: only with resume="):
+        bench.run(cfg, out=tmp_path / "other", retry_failed=True)
+    with pytest.raises(ValueError, match=r"^retry_failed='yes'"):
+        bench.run(cfg, resume=out, retry_failed="yes")
+    df = bench.run(cfg, resume=out, retry_failed=True)
+    assert (df["status"] == "ok").all() and bad in set(df["id"])
+    assert [c["id"] for c in read_results(out)["meta"]["retried"]] == [bad]

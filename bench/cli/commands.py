@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from bench.config.models import default_run_dir
     from bench.config.resources import check_run_fits
     from bench.config.selection import restrict_to_list, select_cases
-    from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option, retry_failed
+    from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option
     from bench.sweep.runlock import inherited_lock, run_folder_lock
 
     for option, value in (("--out", args.out), ("--resume", args.resume)):
@@ -112,10 +112,6 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         run_dir, option = Path(args.resume), "--resume"
         check_resume(cfg, run_dir, args.force)
-        if args.retry_failed and not args.worker:  # a worker's parent did it, under the same lock
-            with run_folder_lock(run_dir, option):
-                ids = retry_failed(run_dir)
-            print(f"--retry-failed: {len(ids)} failed case(s) of {run_dir} to run again", flush=True)
     else:
         run_dir = Path(args.out) if args.out is not None else default_run_dir(cfg)
         option = "--out" if args.out is not None else f"{cfg.path}: output_dir:"
@@ -123,21 +119,23 @@ def run(args: argparse.Namespace) -> int:
     isolation = None if args.worker else _isolation(args, cfg, cases)
     if isolation == "process":
         legs = _legs(cfg, cases)  # each environment checked and probed, before the lock makes anything
-        if args.resume:
-            from bench.profiling.later import pending_ids
-            from bench.sweep.environments import pending
-            from results.files import read_results
-
-            records = read_results(run_dir).get("cases", [])
-            # a case recorded without its profiled views still needs its environment's worker (bench.profiling.later)
-            done = {c["id"] for c in records} - pending_ids(cfg.model, cfg.model.device, records)
-            legs = pending(legs, cases, done)
         # This process holds the folder's lock until its last worker has ended, and passes it down to each
         # worker (bench.sweep.runlock): a second run of the folder is refused, the workers are not, and no other
         # writer can slip in between a faulted worker and the fresh one. The worker checks the memory.
         with run_folder_lock(run_dir, option) as lock_fd:
             if not args.resume:
                 check_new_run_dir(run_dir, option)  # a run that ended there while we checked
+            else:
+                _retry_failed(args, run_dir)
+                from bench.profiling.later import pending_ids
+                from bench.sweep.environments import pending
+                from results.files import read_results
+
+                records = read_results(run_dir).get("cases", [])
+                # a case recorded without its profiled views still needs its environment's worker
+                # (bench.profiling.later)
+                done = {c["id"] for c in records} - pending_ids(cfg.model, cfg.model.device, records)
+                legs = pending(legs, cases, done)
             return _sweep_in_worker(args, cfg, run_dir, lock_fd, legs, timeout)
     device = resolve_device(cfg.model.device, args.device)
     check_run_fits(cases, device, cfg.model.correctness.enabled)
@@ -148,7 +146,18 @@ def run(args: argparse.Namespace) -> int:
     with lock:
         if not args.resume:
             check_new_run_dir(run_dir, option)  # a run that ended there while we checked
+        elif not args.worker:  # a worker's parent did it
+            _retry_failed(args, run_dir)
         return _sweep(args, cfg, cases, device, run_dir)
+
+
+def _retry_failed(args: argparse.Namespace, run_dir: Path) -> None:
+    """`--retry-failed`, once every check passed and holding the folder's lock the sweep then runs under."""
+    if args.retry_failed:
+        from bench.sweep.rundir import retry_failed
+
+        ids = retry_failed(run_dir)
+        print(f"--retry-failed: {len(ids)} failed case(s) of {run_dir} to run again", flush=True)
 
 
 def _case_timeout(args: argparse.Namespace, cfg) -> float:

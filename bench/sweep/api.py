@@ -28,6 +28,7 @@ def run(
     device: int | str | None = None,
     resume: str | Path | None = None,
     force: bool = False,
+    retry_failed: bool = False,
     progress: bool = False,
 ) -> pd.DataFrame:
     """Run a sweep and return its cases as a DataFrame (one row per case, `results.load_run`'s columns).
@@ -38,7 +39,8 @@ def run(
     - `out`: the run folder (default `<output_dir>/<config name>-<UTC time>`); it holds the files
       afterwards and is `df.attrs["run_dir"]`. A folder that already holds a run is refused.
     - `resume`: a run folder to continue instead (its finished cases are kept; as `--resume`, with
-      `force=True` for a run made from another config). Not with `out`.
+      `force=True` for a run made from another config; `retry_failed=True` runs its `failed` cases again, their
+      records kept in `meta.retried`, as `--retry-failed`). Not with `out`.
     - `device`: a CUDA index for a `device: cuda` config (default: the current device), or "cpu"/"cuda"
       to override the config's device.
     - `progress`: show the tqdm bar (off by default: a notebook cell shows the per-case lines).
@@ -61,11 +63,16 @@ def run(
     from bench.errors import API, UsageError
     from bench.sweep.environments import refuse_in_process
     from bench.sweep.rundir import check_new_run_dir, check_resume, folder_option
+    from bench.sweep.rundir import retry_failed as retry_failed_cases
     from bench.sweep.runlock import run_folder_lock
     from bench.sweep.runner import Runner
     from results.frame import load_run
 
     _check_arguments(only, providers, device, force, progress)
+    if retry_failed not in (True, False):
+        raise UsageError(f"retry_failed={retry_failed!r:.60}: allowed: True or False")
+    if retry_failed and resume is None:
+        raise UsageError("retry_failed=True: only with resume= (it runs that run's failed cases again)")
     if out is not None and resume is not None:
         raise UsageError(f"out={out!r}: not with resume=, which continues {resume!r} in place")
     for name, value in (("out", out), ("resume", resume)):
@@ -92,6 +99,8 @@ def run(
     with run_folder_lock(run_dir, option):
         if resume is None:
             check_new_run_dir(run_dir, option, API)
+        elif retry_failed:
+            retry_failed_cases(run_dir)
         runner = Runner(cfg, run_dir, dev, resume=resume is not None, progress=progress)
         runner.run(cases)
     _, df, _ = load_run(run_dir)

@@ -149,5 +149,7 @@ def retry_failed(run_dir: Path) -> list[str]:
         meta = data.setdefault("meta", {})
         meta["retried"] = [*meta.get("retried", []), *({**c, "retried_at": when} for c in failed)]
         data["cases"] = [c for c in data["cases"] if c.get("status") != "failed"]
-        ResultsWriter.of(Path(run_dir), data)
+        writer = ResultsWriter.of(Path(run_dir), data)
+        if writer.run_dir.joinpath("results.parquet").exists():  # the three files hold the same cases
+            writer.write_parquet()
     return [c["id"] for c in failed]
