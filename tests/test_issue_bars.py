@@ -82,3 +82,25 @@ def test_peer_bars_take_metas_fastest_label_and_the_geometric_mean(tmp_path, cap
 def test_a_folder_without_results_is_one_line_and_exit_2(tmp_path, capsys):
     assert bars.main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_failing_time_bar_says_whether_the_power_cap_or_the_cycles_held_it(tmp_path, capsys):
+    """At the 700 W cap time follows energy: a failing line names each side's clock, power and `at cap`, and the
+    ratio in SM cycles, so an energy-bound bar (here 1.48x in time, 1.54x in cycles) reads apart from a cycle
+    one; a passing line carries none of it, and a case without clocks gives no cycle ratio."""
+    fwd, bwd = "short_kv/fwd/L=4096/sort=False", "short_kv/bwd/L=4096/sort=False"
+    capped = {"headline_w": 707.0, "frac_sw_power_cap": 1.0}
+    cases = [
+        _case(fwd, "gdpa", 0.4358, sm_clock_mhz=1905.0, power=capped),
+        _case(fwd, "fa4", 0.6469, sm_clock_mhz=1980.0, power={"avg_w": 586.0, "frac_sw_power_cap": 0.0}),
+        _case(fwd, "gdpa_hopper", 0.4392),
+        _case(bwd, "gdpa", 1.0),
+        _case(bwd, "fa4", 1.1),
+    ]
+    assert bars.main([str(_run(tmp_path, "prod", cases))]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [x for x in lines if x.startswith(f"FAIL  {fwd}: gdpa vs fa4")]
+    assert line.endswith("— fa4 1980 MHz 586 W, gdpa 1905 MHz 707 W at cap; in SM cycles 1.54x"), line
+    (plain,) = [x for x in lines if x.startswith(f"FAIL  {bwd}: gdpa vs fa4")]
+    assert plain.endswith("(bar 1.2x)"), plain  # neither side recorded a clock or power: nothing to say
+    assert all("—" not in x for x in lines if x.startswith("  ok"))
