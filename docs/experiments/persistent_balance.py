@@ -1,0 +1,66 @@
+"""How evenly the persistent Hopper forward's static schedule spreads a jagged band over the SMs (a model, no GPU).
+
+The persistent forward (kernels/gdpa/hopper/persistent.py) gives CTA c the tiles c, c + 132, c + 264, … of FA4's
+varlen tile order (sequence after sequence in batch order, every query block and head of a sequence together).
+A tile of a non-causal self-attention sequence of length L costs about ceil(L/128) key blocks, plus a fixed part
+(prologue, epilogue) given in key blocks as `overhead`. This prints each CTA's load against the mean for the
+production log-normal batches under three schedules: the static stride (today), a dynamic counter in FA4's order
+(each CTA takes the next tile when it finishes one), and the static stride over tiles sorted longest first
+(FA4's decoder can take such an order through `virtual_batch_idx`).
+
+    PYTHONPATH=. python docs/experiments/persistent_balance.py
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from workloads.pairing import build_lengths
+
+HEADS, TILE, CTAS = 4, 128, 132
+
+
+def tile_costs(lengths: np.ndarray, lo: int) -> list[int]:
+    """Key blocks of every (sequence, query block, head) tile of the band [lo, inf), in FA4's order."""
+    costs = []
+    for length in lengths:
+        if length >= lo:
+            blocks = -(-int(length) // TILE)
+            costs += [blocks] * (blocks * HEADS)
+    return costs
+
+
+def static_makespan(costs: list[int], overhead: float) -> float:
+    load = np.zeros(CTAS)
+    for i, cost in enumerate(costs):
+        load[i % CTAS] += overhead + cost
+    return float(load.max())
+
+
+def dynamic_makespan(costs: list[int], overhead: float) -> float:
+    heap = [0.0] * CTAS
+    for cost in costs:
+        heapq.heapreplace(heap, heap[0] + overhead + cost)
+    return max(heap)
+
+
+def main() -> None:
+    print("batch                      band     tiles  static  dynamic  longest-first   (max CTA load / mean)")
+    for max_len in (2048, 4096):
+        for sort in (False, True):
+            lengths, _ = build_lengths(
+                "lognormal", {"preset": "ml-20m"}, "self", {}, batch_size=1152, max_len=max_len, seed=0, sort=sort
+            )
+            for lo in (1024, 512):
+                costs = tile_costs(lengths, lo)
+                mean = (sum(costs) + len(costs)) / CTAS
+                row = [static_makespan(costs, 1.0), dynamic_makespan(costs, 1.0)]
+                row.append(static_makespan(sorted(costs, reverse=True), 1.0))
+                name = f"log-normal {max_len} {'sorted' if sort else 'unsorted'}"
+                print(f"{name:<26} [{lo}, inf) {len(costs):>6}  " + "  ".join(f"{x / mean:6.3f}" for x in row))
+
+
+if __name__ == "__main__":
+    main()
