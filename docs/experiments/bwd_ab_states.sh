@@ -30,10 +30,14 @@ run() {  # state label
     --out $R/bwd-$1) > $R/bwd-$1.log 2>&1
   log "end $1 rc $?"; tail -n 3 $R/bwd-$1.log
 }
+# AB_SKIP_POINTWISE=1: before and all only (a session short of device time)
 run before "$SHA"
-run pointwise "$SHA + act-prime + unscaled-p (pending patches)"
+[ "${AB_SKIP_POINTWISE:-}" = 1 ] || run pointwise "$SHA + act-prime + unscaled-p (pending patches)"
 run all "$SHA + act-prime + unscaled-p + paired blocks (pending patches)"
-for pair in "before pointwise" "pointwise all" "before all"; do
+pairs="before pointwise|pointwise all|before all"
+[ "${AB_SKIP_POINTWISE:-}" = 1 ] && pairs="before all"
+IFS='|' read -ra pairs <<< "$pairs"
+for pair in "${pairs[@]}"; do
   set -- $pair; log "compare $1 -> $2"
   (cd /tmp/ab-all && PYTHONPATH=/tmp/ab-all:$PYTHONPATH python3 -m bench compare $R/bwd-$1 $R/bwd-$2) > $R/compare-$1-$2.txt 2>&1
   tail -n 30 $R/compare-$1-$2.txt
