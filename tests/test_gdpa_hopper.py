@@ -154,11 +154,13 @@ def _reference(name, x):
     return y.detach(), g
 
 
+@pytest.mark.parametrize("fold", [True, False], ids=["P'", "P"])
 @pytest.mark.parametrize("name", ACTIVATION_NAMES)
 @pytest.mark.parametrize(("alpha", "qk"), [(1.0, 1.0), (0.3, 0.7), (2.5, 1.9)])
-def test_activation_forward_and_backward_match_torch(name, alpha, qk):
-    """forward: act(alpha*s) = out_scale * forward(s); backward: (qk*act(alpha*s), act'(alpha*s))."""
-    act = hopper_acts.build(name, TorchOps())
+def test_activation_forward_and_backward_match_torch(name, alpha, qk, fold):
+    """forward: act(alpha*s) = out_scale * forward(s); backward: (P', act'(alpha*s)) with qk*act(alpha*s) =
+    alpha*qk*p_fold*P' where the activation folds its scale into dV (p_fold), else P' = qk*act(alpha*s)."""
+    act = hopper_acts.build(name, TorchOps(), fold)  # fold=False: the fp16 kernels' P = qk*act
     s = torch.linspace(-9.0, 9.0, 4001, dtype=torch.float64) / alpha
     s = s[(s * alpha + 3.0).abs() > 1e-6]  # hardswish's kinks at +-3 have no single derivative
     s = s[(s * alpha - 3.0).abs() > 1e-6]
@@ -166,18 +168,20 @@ def test_activation_forward_and_backward_match_torch(name, alpha, qk):
     consts, out_scale = act.forward_setup(alpha)
     torch.testing.assert_close(out_scale * act.forward(s, consts), ref_v, rtol=1e-9, atol=1e-9)
     p, g = act.backward(s, act.backward_row(act.backward_setup(alpha), qk))
-    torch.testing.assert_close(p, qk * ref_v, rtol=1e-9, atol=1e-9)
+    scale = 1.0 if act.p_fold is None else alpha * qk * act.p_fold
+    torch.testing.assert_close(p * scale, qk * ref_v, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(
         torch.broadcast_to(torch.as_tensor(g, dtype=torch.float64), s.shape), ref_g, rtol=1e-9, atol=1e-9
     )
 
 
+@pytest.mark.parametrize("fold", [True, False], ids=["P'", "P"])
 @pytest.mark.parametrize("name", ACTIVATION_NAMES)
-def test_masked_scores_contribute_exactly_zero(name):
+def test_masked_scores_contribute_exactly_zero(name, fold):
     """The forward selects -inf to 0; the backward raises -inf to masked_floor (in fp32, as the kernel does),
     where P and dS must be exactly 0, or selects for activations without a floor; rows past a sequence end
     get qk_scale from the kernel like any other (-inf makes them 0)."""
-    act = hopper_acts.build(name, TorchOps())
+    act = hopper_acts.build(name, TorchOps(), fold)
     consts, _ = act.forward_setup(1.0)
     zero = torch.zeros(3, dtype=torch.float64)
     assert torch.equal(torch.as_tensor(act.forward(zero, consts), dtype=torch.float64), zero)
@@ -252,6 +256,11 @@ SHORT_K = [0, 5, 64, 128, 129, 1, 200, 256, 80, 81]
         ("relu", True, 4, 4, 128, torch.bfloat16, -0.8, 1.0, False),
         ("fast_gelu", False, 4, 4, 128, torch.bfloat16, 1.0, 1.0, True),
         ("raw", False, 4, 2, 128, torch.bfloat16, 0.6, 1.0, True),
+        # dV's scale where P' left it out: GQA's postprocess (p_fold 0.5, and None), alpha = 0 (bf16 P', fp16 P)
+        ("fast_gelu", False, 4, 2, 128, torch.bfloat16, 0.7, 1.3, False),
+        ("hardswish", False, 4, 2, 128, torch.bfloat16, 1.0, 1.0, False),
+        ("fast_gelu", True, 4, 4, 128, torch.bfloat16, 0.0, 1.0, False),
+        ("silu", False, 4, 4, 128, torch.float16, 0.0, 1.0, False),
     ],
 )
 def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, alpha, qk, long_q):
@@ -275,6 +284,7 @@ def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, 
     assert record["hopper_fwd"]["tile"] and record["hopper_bwd"]["activation"] == activation
     expect = "fused" if d == 64 or long_q else "split"
     assert record["hopper_bwd"]["pointwise"] == expect
+    assert record["hopper_bwd"]["query_blocks_per_step"] == (2 if expect == "split" else 1)  # bwd.py pair_blocks
 
 
 def _batch_call(batch, max_q, max_kv, activation, alpha, qk, causal):
@@ -357,21 +367,29 @@ for ptx in sorted(pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).glob("*.ptx")):
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn-4 (the fa4 extra)")
-def test_persistent_backward_loads_the_next_key_tile_only_after_the_epilogue_stores(tmp_path):
-    """Cross-compiled for sm_90a (no GPU): in the persistent backward every dK/dV epilogue waits for its TMA
-    stores to have read shared memory (`cp.async.bulk.wait_group.read 0`) and then the MMA threads arrive on
-    barrier KV_FREE (256 MMA threads + the load warp); the load warp syncs on it before it strides by the grid
-    size to its next key tile (whose K and V land where the epilogue staged dK and dV). FA4's one-tile grid has
-    neither."""
-    from kernels.gdpa.hopper.persistent_bwd import KV_FREE
-
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+@pytest.fixture(scope="module")
+def backward_ptx(tmp_path_factory) -> dict:
+    """The split backward of head dim 128 (fast_gelu), one-tile grid and persistent, cross-compiled for sm_90a
+    (no GPU): {"GRID": ptx path, "PERSISTENT": ptx path}."""
+    if importlib.util.find_spec("flash_attn") is None:
+        pytest.skip("needs flash-attn-4 (the fa4 extra)")
+    dump = tmp_path_factory.mktemp("bwd_ptx")
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(dump)}
     run = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _PERSISTENT_BWD_PTX], env=env, cwd=ROOT, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    found = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.startswith(("PERSISTENT", "GRID")))
+    return dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.startswith(("PERSISTENT", "GRID")))
+
+
+def test_persistent_backward_loads_the_next_key_tile_only_after_the_epilogue_stores(backward_ptx):
+    """In the persistent backward every dK/dV epilogue waits for its TMA stores to have read shared memory
+    (`cp.async.bulk.wait_group.read 0`) and then the MMA threads arrive on barrier KV_FREE (256 MMA threads + the
+    load warp); the load warp syncs on it before it strides by the grid size to its next key tile (whose K and V
+    land where the epilogue staged dK and dV). FA4's one-tile grid has neither."""
+    from kernels.gdpa.hopper.persistent_bwd import KV_FREE
+
+    found = backward_ptx
     lines = [" ".join(ln.split()) for ln in Path(found["PERSISTENT"]).read_text().splitlines()]
     arrives = [i for i, ln in enumerate(lines) if ln == f"bar.arrive {KV_FREE}, 288;"]
     syncs = [i for i, ln in enumerate(lines) if ln == f"bar.sync {KV_FREE}, 288;"]
@@ -382,6 +400,16 @@ def test_persistent_backward_loads_the_next_key_tile_only_after_the_epilogue_sto
     assert any("%nctaid.x" in ln for ln in lines[syncs[0] : syncs[0] + 4])  # then the stride to the next tile
     grid = Path(found["GRID"]).read_text()
     assert f"bar.arrive {KV_FREE}," not in grid and f"{KV_FREE}, 288" not in grid and "%nctaid.x" not in grid
+
+
+def test_the_split_backward_keeps_act_prime_in_fp32(backward_ptx):
+    """G = act'(alpha*s) stays in fp32 from the pointwise under the dP GEMM to dS = G * dP (2026-12-05): packed to
+    fp16 pairs it saved no registers (ptxas sank the pack below the wgmma wait) and cost 16 packs and 32 unpacks
+    between the dP and dV GEMMs. So no fp16 conversion either way; P and dS are still packed to bf16 pairs."""
+    for kind in ("GRID", "PERSISTENT"):
+        ptx = Path(backward_ptx[kind]).read_text()
+        assert "cvt.f32.f16" not in ptx and "cvt.rn.f16x2.f32" not in ptx, kind
+        assert ptx.count("cvt.rn.bf16x2.f32") >= 32, kind  # P and dS: 16 pairs each per thread and block
 
 
 @gpu

@@ -119,6 +119,27 @@ def test_fp16_mha_and_nonpow2_lengths(poisoned):
     assert max(errs) < 5e-3, f"seed {seed}: {errs}"
 
 
+@pytest.mark.parametrize("act", ["fast_gelu", "silu", "gelu"])
+def test_fp16_alpha_zero_and_big_scores_keep_finite_zero_gradients(poisoned, act):
+    """alpha = 0: act(0) = 0, so every gradient is exactly 0. The backward's P' (activations.py) leaves
+    alpha·p_fold to dV, which fp16's range could not hold for scores past 65504 — the fp16 kernels scale P back."""
+    b = make_batch([7, 5], [6, 9], H=2, D=16, dtype=torch.float16, seed=4).with_grad()
+    with torch.no_grad():
+        b.q.mul_(200.0), b.k.mul_(200.0)  # |q·k| ~ 1e5: past fp16's range as a bare score
+    out = gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, activation=act, alpha=0.0, options=TRITON)
+    grads = torch.autograd.grad(out, (b.q, b.k, b.v), torch.randn_like(out))
+    for g in (out, *grads):
+        assert torch.isfinite(g).all() and torch.equal(g, torch.zeros_like(g))
+
+
+@pytest.mark.parametrize("act", ["fast_gelu", "gelu_tanh", "silu"])
+def test_large_scores_keep_the_derivative_exact(poisoned, act):
+    """alpha·s in the hundreds (alpha 60): where tanh saturates the GELU forms' derivative is exactly 1; a form
+    that added 0.5 to a = P'·poly before t multiplied lost it to rounding past alpha·s ~ 430 (dQ, dK ~50% off)."""
+    errs, seed = run_and_compare(Q_LEN, KV_LEN, act=act, alpha=60.0)
+    assert max(errs) < 1e-5, f"seed {seed}: out/dq/dk/dv rel errors {errs}"
+
+
 def test_gqa_four_query_heads_per_kv_head(poisoned):
     errs, seed = run_and_compare([12, 20], [20, 9], H=8, Hkv=2, act="gelu")
     assert max(errs) < 1e-5, f"seed {seed}: {errs}"

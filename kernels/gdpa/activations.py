@@ -1,9 +1,10 @@
 """GDPA activations as Triton device functions: value and derivative (docs/DESIGN.md §3 table).
 
 `ACT` is a constexpr string, so each kernel is specialised to one activation and the branches below
-vanish at compile time. `HW_TANH` (a constexpr the launcher sets from the device) selects the tanh of
-the `fast_*` variants: on a GPU the one-instruction hardware `tanh.approx.f32` (inline PTX), in the
-CPU interpreter (which has no PTX) an overflow-safe exp formula — the exact variants always use that.
+vanish at compile time. `HW_TANH` (a constexpr the launcher sets from the device) selects the hardware
+approximations (inline PTX) on a GPU: the one-instruction `tanh.approx.f32` of the `fast_*` variants, and for
+silu's sigmoid `ex2.approx.ftz` + `rcp.approx.ftz`; in the CPU interpreter (which has no PTX) an overflow-safe
+exp formula and tl.sigmoid — the exact tanh variants always use the former.
 """
 
 import triton
@@ -13,6 +14,7 @@ _SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
 _GELU_C3 = tl.constexpr(0.035677408136300125)  # 0.044715 * sqrt(2/pi)
 _INV_SQRT_2 = tl.constexpr(0.7071067811865476)
 _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
+_LOG2_E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
@@ -25,6 +27,23 @@ def _tanh_exact(x):
     e = tl.exp(-2.0 * tl.abs(x))
     t = (1.0 - e) / (1.0 + e)
     return tl.where(x >= 0, t, -t)
+
+
+@triton.jit
+def _sigmoid_scaled(s, alpha, HW_TANH: tl.constexpr):
+    """sigmoid(alpha·s). On a GPU 1/(1 + 2^(s·k)), k = -alpha·log2(e) per program, with ex2.approx.ftz and
+    rcp.approx.ftz: one FP32 op, one add and two MUFU a score, where tl.sigmoid's exp and division also check the
+    subnormal range and fix it up (~4 more FP32 ops; a subnormal 2^(s·k) only makes 1 + it 1). In the interpreter
+    (no PTX) tl.sigmoid."""
+    if HW_TANH:
+        e = tl.inline_asm_elementwise(
+            "ex2.approx.ftz.f32 $0, $1;", "=r,r", [s * (alpha * -_LOG2_E)], dtype=tl.float32, is_pure=True, pack=1
+        )
+        return tl.inline_asm_elementwise(
+            "rcp.approx.ftz.f32 $0, $1;", "=r,r", [e + 1.0], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        return tl.sigmoid(alpha * s)
 
 
 @triton.jit
@@ -114,39 +133,84 @@ def act_fwd_bwd(x, ACT: tl.constexpr, HW_TANH: tl.constexpr):
 
 
 @triton.jit
-def act_fwd_scaled(s, alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr):
-    """act(alpha·s). For the fast_* variants alpha is folded into per-program scalar constants: two
-    fewer FP32 instructions per score, and the FP32 pipe is what the activation competes for."""
-    if ACT == "fast_gelu":
-        # x = alpha·s:  x·(c1 + c3·x²) = s·(alpha·c1 + alpha³·c3·s²),  0.5·x = (0.5·alpha)·s
-        a1 = alpha * _SQRT_2_OVER_PI
-        a3 = alpha * alpha * alpha * _GELU_C3
-        t = _tanh(s * (a1 + a3 * (s * s)), HW_TANH)
-        hx = (0.5 * alpha) * s
-        y = hx + hx * t
+def act_fwd_scaled(s, alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr, FOLD: tl.constexpr):
+    """P' with act(alpha·s) = p_fold(alpha, ACT, FOLD)·P', which the output's store applies beside qk_scale: alpha
+    folded into per-program constants and out of the score (fast_gelu's P' = s + s·t: 4 FP32 ops a score where
+    act(alpha·s) took 5), as act_fwd_bwd_scaled; without FOLD (fp16 operands) P' = act(alpha·s)."""
+    if ACT == "fast_gelu" or ACT == "gelu_tanh":
+        # x = alpha·s:  x·(c1 + c3·x²) = s·(alpha·c1 + alpha³·c3·s²)
+        y = s * (alpha * _SQRT_2_OVER_PI + (alpha * alpha * alpha * _GELU_C3) * (s * s))
+        if ACT == "fast_gelu":
+            t = _tanh(y, HW_TANH)
+        else:
+            t = _tanh_exact(y)
+        p = s + s * t
     elif ACT == "fast_silu":
-        hx = (0.5 * alpha) * s
-        y = hx + hx * _tanh(hx, HW_TANH)
+        p = s + s * _tanh((0.5 * alpha) * s, HW_TANH)
+    elif ACT == "silu":
+        p = s * _sigmoid_scaled(s, alpha, HW_TANH)
+    elif ACT == "gelu":
+        p = s * (0.5 * (1.0 + tl.math.erf((alpha * _INV_SQRT_2) * s)))
+    elif ACT == "raw":
+        p = s
     else:
-        y = act_fwd(s * alpha, ACT, HW_TANH)
-    return y
+        p = act_fwd(s * alpha, ACT, HW_TANH)
+    if not FOLD:
+        p = p * p_fold(alpha, ACT, True)
+    return p
 
 
 @triton.jit
-def act_fwd_bwd_scaled(s, alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr):
-    """(act(alpha·s), act'(alpha·s)): act_fwd_bwd with alpha folded in as in act_fwd_scaled."""
-    if ACT == "fast_gelu":
+def act_fwd_bwd_scaled(s, alpha, ACT: tl.constexpr, HW_TANH: tl.constexpr, FOLD: tl.constexpr):
+    """(P', act'(alpha·s)) with act(alpha·s) = p_fold(alpha, ACT, FOLD)·P'. With FOLD, where the activation is
+    alpha times a function of s for any alpha (raw, gelu, gelu_tanh, fast_gelu, silu, fast_silu), P' leaves that
+    factor to dV, scaled once per output element (store_dkdv), and the derivative reuses P' — fast_gelu 9 FP32 ops
+    a score where act and act' apart took 10, silu 2 after the sigmoid where it took 5. relu, leaky_relu
+    (homogeneous for alpha > 0 only), relu_square and hardswish: P' = act(alpha·s). FOLD is off for fp16 operands:
+    fp16's range (65504) holds act(alpha·s) but not always P' (alpha < 1, or alpha = 0), so P' is scaled back."""
+    if ACT == "fast_gelu" or ACT == "gelu_tanh":
         s2 = s * s
-        t = _tanh(s * (alpha * _SQRT_2_OVER_PI + (alpha * alpha * alpha * _GELU_C3) * s2), HW_TANH)
-        hx = (0.5 * alpha) * s
-        y = hx + hx * t
-        # d/dx [x·(c1 + c3·x²)] = c1 + 3·c3·x² = c1 + (3·c3·alpha²)·s²
-        dy = 0.5 + 0.5 * t + hx * (1.0 - t * t) * (_SQRT_2_OVER_PI + (3.0 * _GELU_C3 * alpha * alpha) * s2)
+        y = s * (alpha * _SQRT_2_OVER_PI + (alpha * alpha * alpha * _GELU_C3) * s2)
+        if ACT == "fast_gelu":
+            t = _tanh(y, HW_TANH)
+        else:
+            t = _tanh_exact(y)
+        p = s + s * t
+        # act' = 0.5(1+t) + 0.5x(1-t²)(c1 + 3·c3·x²), x = alpha·s, and 0.5x(1-t²) = 0.5·alpha·P'(1-t); (1-t)
+        # multiplies first, so where t is 1 the term is exactly 0 (not (0.5 + a) + t(0.5 - a): rounding past a = 2^23)
+        ha = 0.5 * alpha
+        dy = p * ((ha * _SQRT_2_OVER_PI + (ha * alpha * alpha * 3.0 * _GELU_C3) * s2) * (1.0 - t)) + (0.5 + 0.5 * t)
     elif ACT == "fast_silu":
-        sg = 0.5 * _tanh((0.5 * alpha) * s, HW_TANH) + 0.5
+        # act = x·(0.5 + 0.5·tanh(x/2)) = (alpha/2)·s(1+t); act' = 0.5(1+t) + (alpha/4)·P'(1-t)
+        t = _tanh((0.5 * alpha) * s, HW_TANH)
+        p = s + s * t
+        dy = ((0.25 * alpha) * p) * (1.0 - t) + (0.5 + 0.5 * t)  # (1-t) first: exactly 0 where t is 1
+    elif ACT == "silu":
+        sg = _sigmoid_scaled(s, alpha, HW_TANH)
+        p = s * sg
+        dy = alpha * (p - p * sg) + sg  # sg·(1 + x·(1 - sg))
+    elif ACT == "gelu":
         x = alpha * s
-        y = x * sg
-        dy = sg * (1.0 + x * (1.0 - sg))
+        cdf = 0.5 * (1.0 + tl.math.erf(x * _INV_SQRT_2))
+        p = s * cdf
+        dy = cdf + x * _INV_SQRT_2PI * tl.exp(-0.5 * x * x)
+    elif ACT == "raw":
+        p = s
+        dy = tl.full(s.shape, 1.0, tl.float32)
     else:
-        y, dy = act_fwd_bwd(s * alpha, ACT, HW_TANH)
-    return y, dy
+        p, dy = act_fwd_bwd(s * alpha, ACT, HW_TANH)
+    if not FOLD:
+        p = p * p_fold(alpha, ACT, True)
+    return p, dy
+
+
+@triton.jit
+def p_fold(alpha, ACT: tl.constexpr, FOLD: tl.constexpr):
+    """The factor act_fwd_scaled's and act_fwd_bwd_scaled's P' leaves out of act(alpha·s) (1 without FOLD): O and
+    dV are scaled by it (and qk_scale) once per output element."""
+    if FOLD and (ACT == "fast_gelu" or ACT == "gelu_tanh" or ACT == "fast_silu"):
+        return 0.5 * alpha
+    elif FOLD and (ACT == "raw" or ACT == "gelu" or ACT == "silu"):
+        return alpha
+    else:
+        return 1.0

@@ -7,16 +7,16 @@ query head of its group) accumulating dK and dV in registers. A separate `dq` ke
 tile of queries and recomputes S and dP for it: 7 GEMM-equivalents per tile pair for the 5 the FLOP
 convention counts, but no atomics and deterministic (the 5-GEMM atomic-dQ form measured 32–45% slower:
 PERF.md, "Rejected variants").
-The linear scales (qk_scale on P, qk_scale·alpha on dS) are applied once per output element in the
-epilogues, not per score. Every output row is written, including rows of sequences whose partner side
-is empty (their gradient is zero).
+The linear scales (qk_scale, and the factor act_fwd_bwd_scaled's P' leaves out, on P; qk_scale·alpha on
+dS) are applied once per output element in the epilogues, not per score. Every output row is written,
+including rows of sequences whose partner side is empty (their gradient is zero).
 """
 
 import triton
 import triton.language as tl
 
 from kernels.gdpa import launch
-from kernels.gdpa.activations import act_fwd_bwd_scaled
+from kernels.gdpa.activations import act_fwd_bwd_scaled, p_fold
 from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.grid_math import cdiv
@@ -81,6 +81,7 @@ def gdpa_bwd_dkdv_kernel(
     kv_rows = (kv_start + offs_n)[:, None]
     k = tl.load(K + kv_rows * stride_km + hk * stride_kh + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
     v = tl.load(V + kv_rows * stride_vm + hk * stride_vh + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
+    FOLD: tl.constexpr = Q.dtype.element_ty != tl.float16  # P' in fp16's range? (activations.py)
     dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
     lo = 0
@@ -96,15 +97,16 @@ def gdpa_bwd_dkdv_kernel(
             q = tl.load(q_ptrs + start_m * stride_qm, mask=q_ok[:, None], other=0.0)
             do = tl.load(do_ptrs + start_m * stride_dom, mask=q_ok[:, None], other=0.0)
             s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # [BLOCK_N, BLOCK_M]
-            p_t, dact_t = act_fwd_bwd_scaled(s_t, alpha, ACT, HW_TANH)
+            p_t, dact_t = act_fwd_bwd_scaled(s_t, alpha, ACT, HW_TANH, FOLD)
             keep = q_ok[None, :] & kv_ok[:, None]
             if CAUSAL:
                 keep = keep & (offs_n[:, None] <= rows[None, :])
             dk, dv, _ = dkdv_step(k, v, q, do, p_t, dact_t, keep, dk, dv, PRECISION)
 
     ds_scale = qk_scale * alpha
+    dv_scale = qk_scale * p_fold(alpha, ACT, FOLD)  # what P' left out
     store_dkdv(
-        DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, qk_scale, stride_dkm, stride_dkh, stride_dvm, stride_dvh
+        DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, dv_scale, stride_dkm, stride_dkh, stride_dvm, stride_dvh
     )
 
 
@@ -174,7 +176,7 @@ def gdpa_bwd_dq_kernel(
         kv_ok = cols < lk
         k = tl.load(k_ptrs + start_n * stride_km, mask=kv_ok[:, None], other=0.0)
         v = tl.load(v_ptrs + start_n * stride_vm, mask=kv_ok[:, None], other=0.0)
-        _, dact = act_fwd_bwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH)
+        _, dact = act_fwd_bwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH, True)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         keep = kv_ok[None, :]
         if CAUSAL:

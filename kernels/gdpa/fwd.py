@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa import launch
-from kernels.gdpa.activations import act_fwd_scaled
+from kernels.gdpa.activations import act_fwd_scaled, p_fold
 from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.grid_math import cdiv
@@ -45,7 +45,7 @@ def _fwd_tile(
     else:
         k = tl.load(k_ptrs + start_n * stride_km)
         v = tl.load(v_ptrs + start_n * stride_vm)
-    p = act_fwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH)
+    p = act_fwd_scaled(tl.dot(q, tl.trans(k), input_precision=PRECISION), alpha, ACT, HW_TANH, v.dtype != tl.float16)
     if MASKED:
         keep = kv_ok[None, :]
         if CAUSAL:
@@ -156,7 +156,8 @@ def gdpa_fwd_kernel(
 
     o_ptrs = Out + (q_start + offs_m)[:, None] * stride_om + h * stride_oh + offs_d[None, :]
     # qk_scale is linear: applied once per output element here, not once per score in the loop
-    tl.store(o_ptrs, (acc * qk_scale).to(Out.dtype.element_ty), mask=(offs_m < lq)[:, None])
+    o_scale = qk_scale * p_fold(alpha, ACT, Q.dtype.element_ty != tl.float16)  # what P' left out
+    tl.store(o_ptrs, (acc * o_scale).to(Out.dtype.element_ty), mask=(offs_m < lq)[:, None])
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]; tiles.py), autotuned per launch.TUNING_KEY.

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa import launch
-from kernels.gdpa.activations import act_fwd_bwd_scaled
+from kernels.gdpa.activations import act_fwd_bwd_scaled, p_fold
 from kernels.gdpa.bands import Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.stages import dkdv_step, store_dkdv
@@ -117,6 +117,8 @@ def owned_bwd_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
     ds_scale = qk_scale * alpha
+    FOLD: tl.constexpr = Q.dtype.element_ty != tl.float16  # P' in fp16's range? (activations.py)
+    dv_scale = qk_scale * p_fold(alpha, ACT, FOLD)  # what P' left out
     if lk == 0:  # queries without keys: their gradient is zero, and no key block will write it
         for g in range(GROUPS):
             for m0 in range(0, lq, BLOCK_M):
@@ -146,7 +148,7 @@ def owned_bwd_kernel(
                 do_at = DO + q_rows[:, None] * stride_dom + h * stride_doh + offs_d[None, :]
                 do = tl.load(do_at, mask=q_ok[:, None], other=0.0)
                 s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # [BLOCK_N, BLOCK_M]
-                p_t, dact_t = act_fwd_bwd_scaled(s_t, alpha, ACT, HW_TANH)
+                p_t, dact_t = act_fwd_bwd_scaled(s_t, alpha, ACT, HW_TANH, FOLD)
                 keep = q_ok[None, :] & kv_ok[:, None]
                 hi = lk
                 if CAUSAL:
@@ -159,7 +161,7 @@ def owned_bwd_kernel(
                     stride_dqm, stride_dqh, stride_pm, stride_ph, ds_scale, BLOCK_N,
                 )  # fmt: skip
         store_dkdv(
-            DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, qk_scale,
+            DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, dv_scale,
             stride_dkm, stride_dkh, stride_dvm, stride_dvh,
         )  # fmt: skip
         # the next key block reads the partials this one stored: every thread's stores before any thread's loads

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa import launch
-from kernels.gdpa.activations import act_fwd_bwd_scaled
+from kernels.gdpa.activations import act_fwd_bwd_scaled, p_fold
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.packed_fwd import plan_arguments, run
 from kernels.gdpa.packed_plan import PackPlan, load_pack, partner_ranges
@@ -79,6 +79,8 @@ def _bwd_unit(
     dk = tl.zeros([PACK, D], dtype=tl.float32)
     dv = tl.zeros([PACK, D], dtype=tl.float32)
     ds_scale = qk_scale * alpha
+    FOLD: tl.constexpr = Q.dtype.element_ty != tl.float16  # P' in fp16's range? (activations.py)
+    dv_scale = qk_scale * p_fold(alpha, ACT, FOLD)  # what P' left out
     for g in range(GROUPS):
         h = hk * GROUPS + g
         for m0 in range(0, n_q, BLOCK_M):
@@ -88,7 +90,7 @@ def _bwd_unit(
             q = tl.load(Q + q_rows * stride_qm + h * stride_qh + offs_d[None, :], mask=q_ok[:, None], other=0.0)
             do = tl.load(DO + q_rows * stride_dom + h * stride_doh + offs_d[None, :], mask=q_ok[:, None], other=0.0)
             s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # [PACK, BLOCK_M]
-            p_t, dact_t = act_fwd_bwd_scaled(s_t, alpha, ACT, HW_TANH)
+            p_t, dact_t = act_fwd_bwd_scaled(s_t, alpha, ACT, HW_TANH, FOLD)
             keep = (q_start[:, None] <= offs_m[None, :]) & (offs_m[None, :] < q_end[:, None])
             if CAUSAL:
                 keep = keep & (offs_n[:, None] <= offs_m[None, :])  # a sequence's key rows are its query rows
@@ -97,7 +99,7 @@ def _bwd_unit(
             dq_at = (q0 + offs_m)[None, :] * stride_dqm + h * stride_dqh + offs_d[:, None]
             tl.store(DQ + dq_at, (dq_t * ds_scale).to(DQ.dtype.element_ty), mask=q_ok[None, :])
     store_dkdv(
-        DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, qk_scale, stride_dkm, stride_dkh, stride_dvm, stride_dvh
+        DK, DV, kv_rows, hk, offs_d, kv_ok, dk, dv, ds_scale, dv_scale, stride_dkm, stride_dkh, stride_dvm, stride_dvh
     )
 
 

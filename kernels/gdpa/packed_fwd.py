@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from kernels.gdpa import launch
-from kernels.gdpa.activations import act_fwd_scaled
+from kernels.gdpa.activations import act_fwd_scaled, p_fold
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.grid_math import next_power_of_2
 from kernels.gdpa.packed_plan import MAXSEQ, PackPlan, load_pack, partner_ranges
@@ -84,10 +84,11 @@ def _fwd_unit(
             keep = (k_start[:, None] <= offs_n[None, :]) & (offs_n[None, :] < k_end[:, None])
             if CAUSAL:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None])
-            pr = tl.where(keep, act_fwd_scaled(s, alpha, ACT, HW_TANH), 0.0)
+            pr = tl.where(keep, act_fwd_scaled(s, alpha, ACT, HW_TANH, v.dtype != tl.float16), 0.0)
             acc = tl.dot(pr.to(v.dtype), v, acc, input_precision=PRECISION)
         o_ptrs = Out + q_rows * stride_om + h * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, (acc * qk_scale).to(Out.dtype.element_ty), mask=q_ok[:, None])
+        o_scale = qk_scale * p_fold(alpha, ACT, Q.dtype.element_ty != tl.float16)  # what P' left out
+        tl.store(o_ptrs, (acc * o_scale).to(Out.dtype.element_ty), mask=q_ok[:, None])
 
 
 @triton.jit

@@ -11,9 +11,13 @@ tile instead of multiplying each score by alpha and qk_scale:
 - forward:  `forward_setup(alpha) -> (k, out_scale)`; `forward(s, k)` returns P' with
   act(alpha*s) = out_scale * P'. The kernel scales O once by qk_scale * out_scale after the key loop
   (fast_gelu: P' = s + s*tanh(s*(a1 + a3*s^2)): 4 FP32 ops + 1 MUFU per score).
-- backward: `backward_row(backward_setup(alpha), qk) -> r`; `backward(s, r)` returns
-  (qk*act(alpha*s), act'(alpha*s)): P for the dV GEMM with qk_scale folded in, the derivative without it
-  (the kernel applies alpha*qk_scale to dQ and dK once, after their GEMMs).
+- backward: `backward_row(backward_setup(alpha), qk) -> r`; `backward(s, r)` returns (P', act'(alpha*s)):
+  the dV GEMM's operand and the derivative without any scale (the kernel applies alpha*qk_scale to dQ and dK
+  once, after their GEMMs). Where act(alpha*s) = alpha * p_fold * P'(s) (`p_fold` set: every activation that is
+  alpha times a function of s and alpha-folded constants), P' leaves out alpha*qk_scale*p_fold and the kernel
+  scales dV by it once per key tile (bwd.py `epilogue_dKV`; the GQA postprocess): fast_gelu's P' is s + s*t,
+  one FFMA, and its derivative reuses it — 9 FP32 ops a score where P = qk*act took 10, silu 5 where it took 8.
+  Otherwise (`p_fold` None: relu_square, hardswish) P' = qk*act(alpha*s).
 
 Masked scores: the forward selects -inf to 0 (act(0) == 0 for every activation here). The backward, for
 alpha > 0, raises -inf to `masked_floor` instead (one max per score, only in blocks that are masked): every
@@ -41,6 +45,7 @@ class Activation:
 
     name = ""
     masked_floor: float | None = MASKED_FLOOR
+    p_fold: float | None = None  # P' = act(alpha*s) / (alpha*p_fold): the backward leaves the scale to dV
 
     def __init__(self, ops):
         self.ops = ops
@@ -70,6 +75,7 @@ class Activation:
 class Raw(Activation):
     name = "raw"
     masked_floor = None
+    p_fold = 1.0
 
     def forward_setup(self, alpha):
         return (), alpha
@@ -78,18 +84,25 @@ class Raw(Activation):
         return s
 
     def backward_row(self, k, qk):
-        return (k[0] * qk,)
+        return ()
 
     def backward(self, s, r):
-        return s * r[0], self.ops.const(1.0)
+        return s, self.ops.const(1.0)
 
 
 class Relu(Activation):
     name = "relu"
+    p_fold = 1.0  # alpha > 0 in the backward (launch.py): relu(alpha*s) = alpha*relu(s)
 
     def value_and_grad(self, x):
         o = self.ops
         return o.fmax(x, 0.0), o.select(x > 0.0, 1.0, 0.0)
+
+    def backward_row(self, k, qk):
+        return ()
+
+    def backward(self, s, r):
+        return self.value_and_grad(s)
 
 
 class ReluSquare(Activation):
@@ -104,11 +117,18 @@ class LeakyRelu(Activation):
     name = "leaky_relu"
     masked_floor = None
     slope = 0.01
+    p_fold = 1.0  # positively homogeneous, as relu
 
     def value_and_grad(self, x):
         o = self.ops
         # slope < 1: max(x, slope*x) is x for x >= 0, slope*x below
         return o.fmax(x, x * self.slope), o.select(x >= 0.0, 1.0, self.slope)
+
+    def backward_row(self, k, qk):
+        return ()
+
+    def backward(self, s, r):
+        return self.value_and_grad(s)
 
 
 class Hardswish(Activation):
@@ -140,10 +160,25 @@ class Gelu(Activation):
         x = s * k[0]
         return x + x * self.ops.erf(x * INV_SQRT_2)
 
+    p_fold = 1.0  # x*cdf(x) = alpha * (s*cdf)
+
     def value_and_grad(self, x):
         o = self.ops
         cdf = o.erf(x * INV_SQRT_2) * 0.5 + 0.5
         return x * cdf, cdf + x * INV_SQRT_2PI * o.exp2(x * x * (-0.5 * LOG2_E))
+
+    def backward_setup(self, alpha):
+        return (alpha * INV_SQRT_2, alpha * INV_SQRT_2PI, alpha * alpha * (-0.5 * LOG2_E))
+
+    def backward_row(self, k, qk):
+        return k
+
+    def backward(self, s, r):
+        c_erf, c_pdf, c_exp = r
+        o = self.ops
+        cdf = o.erf(s * c_erf) * 0.5 + 0.5
+        # act' = cdf + x * pdf(x), x = alpha*s
+        return s * cdf, (s * c_pdf) * o.exp2((s * s) * c_exp) + cdf
 
 
 class GeluTanh(Activation):
@@ -162,24 +197,28 @@ class GeluTanh(Activation):
         t = self._tanh(s * (s * s * k[1] + k[0]))
         return s * t + s
 
+    p_fold = 0.5  # act = (alpha/2) * (s + s*t)
+
     def backward_setup(self, alpha):
-        # act'(x) = 0.5(1+t) + 0.5x(1-t^2)(K0 + 3 K1 x^2) = 0.5(1+t) + (1-t^2) s (hK0 + hca s^2), with
-        # h = alpha/2 and ca = 3 K1 alpha^2 folded per row: 5 FP32 ops per score, not 6 (issue 30)
+        # act'(x) = 0.5(1+t) + 0.5x(1-t^2)(K0 + 3 K1 x^2) = 0.5(1+t) + P'(1-t)(hK0 + hca s^2), with P' = s(1+t),
+        # h = alpha/2 and ca = 3 K1 alpha^2 folded per row: 9 FP32 ops a score with P', where qk*act took 10
         a1, a3 = self.forward_setup(alpha)[0]
         h = alpha * 0.5
-        return (a1, a3, h * (alpha * alpha * (3.0 * GELU_K1)), h * SQRT_2_OVER_PI, h)
+        return (a1, a3, h * (alpha * alpha * (3.0 * GELU_K1)), h * SQRT_2_OVER_PI)
 
     def backward_row(self, k, qk):
-        # hq = qk*alpha/2 (P = hq*s*(1+t))
-        return (k[0], k[1], k[2], k[3], k[4] * qk)
+        return k
 
     def backward(self, s, r):
-        a1, a3, hca, hk0, hq = r
+        a1, a3, hca, hk0 = r
         s2 = s * s
         t = self._tanh(s * (s2 * a3 + a1))
-        hsq = hq * s
-        # (1-t^2)*s first: at the masked floor (s = -1e15) it is 0 while s*(hk0 + hca*s^2) overflows to inf
-        return hsq * t + hsq, ((1.0 - t * t) * s) * (s2 * hca + hk0) + (t * 0.5 + 0.5)
+        p = s * t + s
+        # (1-t) multiplies before P' adds: where t is 1 (alpha*s past ~5) the product is exactly 0 and act' exactly 1,
+        # which (0.5 + a) + t(0.5 - a) loses to rounding once a = P'(hK0 + hca s^2) passes 2^23 (alpha*s ~ 430:
+        # a review found it). At the masked floor (s = -1e15, t = -1) P' is exactly 0 (s^2*hca stays finite for
+        # alpha <= 30), so act' = 0.
+        return p, p * ((s2 * hca + hk0) * (1.0 - t)) + (t * 0.5 + 0.5)
 
 
 class FastGelu(GeluTanh):
@@ -200,18 +239,20 @@ class Silu(Activation):
     def forward(self, s, k):
         return s * self.ops.rcp(self.ops.exp2(s * k[0]) + 1.0)
 
+    p_fold = 1.0  # act = alpha * (s*sg)
+
     def backward_setup(self, alpha):
         return (alpha, alpha * -LOG2_E)
 
     def backward_row(self, k, qk):
-        return (k[0], k[1], k[0] * qk)
+        return k
 
     def backward(self, s, r):
-        alpha, k2, hq = r
+        alpha, k2 = r
         sg = self.ops.rcp(self.ops.exp2(s * k2) + 1.0)
-        x = s * alpha
-        # act' = sg * (1 + x*(1 - sg))
-        return (hq * s) * sg, sg * (x - x * sg + 1.0)
+        p = s * sg
+        # act' = sg * (1 + x*(1 - sg)) = sg + alpha*(P' - P'*sg): 5 FP32 ops a score, where qk*act took 8
+        return p, alpha * (p - p * sg) + sg
 
 
 class FastSilu(Activation):
@@ -226,26 +267,58 @@ class FastSilu(Activation):
         t = self.ops.tanh_approx(s * k[0])
         return s * t + s
 
+    p_fold = 0.5  # act = (alpha/2) * (s + s*t)
+
     def backward_setup(self, alpha):
         return (alpha * 0.5,)
 
     def backward_row(self, k, qk):
-        # hq = qk*alpha/2 (P = hq*s*(1+t)); act' = 0.5(1+t) + 0.25x(1-t^2), 0.25x = (alpha/4)*s
-        return (k[0], k[0] * qk, k[0] * 0.5)
+        # act' = 0.5(1+t) + 0.25x(1-t^2) = 0.5(1+t) + (alpha/4) P'(1-t), P' = s(1+t)
+        return (k[0], k[0] * 0.5)
 
     def backward(self, s, r):
-        a, hq, h2 = r
+        a, h2 = r
         t = self.ops.tanh_approx(s * a)
-        hsq = hq * s
-        return hsq * t + hsq, (h2 * s) * (1.0 - t * t) + (t * 0.5 + 0.5)
+        p = s * t + s
+        # (1-t) multiplies first, as GeluTanh's: exactly 0 where t is 1 ((0.5 + c) + t(0.5 - c) lost ~1e-4 there)
+        return p, (h2 * p) * (1.0 - t) + (t * 0.5 + 0.5)
 
 
 CLASSES = (Raw, Relu, ReluSquare, LeakyRelu, Gelu, GeluTanh, FastGelu, Silu, FastSilu, Hardswish)
 NAMES = tuple(c.name for c in CLASSES)
 
 
-def build(name: str, ops) -> Activation:
+def dv_scale(name: str, grad_scale: float, fold: bool = True) -> float:
+    """What dV is scaled by after the GEMMs, given alpha*qk_scale: the part P' left out (Activation.p_fold), or
+    1 where P' = qk*act. For launch.py's GQA postprocess; without GQA bwd.py's epilogue applies the same."""
+    p_fold = build(name, None, fold).p_fold
+    return 1.0 if p_fold is None else grad_scale * p_fold
+
+
+class _ScaledP:
+    """An activation whose backward hands the dV GEMM P = qk*act(alpha*s) (P' times alpha*qk*p_fold a score), as
+    before P' existed: for fp16 kernels, whose range (65504) holds P but not always P' (alpha < 1 scales P' up by
+    1/alpha; alpha = 0 leaves the masked floor, -1e15, in P')."""
+
+    p_fold = None
+    folded = 1.0  # the activation's own p_fold (build)
+
+    def backward_setup(self, alpha):
+        return super().backward_setup(alpha), alpha * self.folded
+
+    def backward_row(self, k, qk):
+        return super().backward_row(k[0], qk), k[1] * qk
+
+    def backward(self, s, r):
+        p, g = super().backward(s, r[0])
+        return p * r[1], g
+
+
+def build(name: str, ops, fold: bool = True) -> Activation:
+    """Activation `name` over `ops`. fold=False (fp16 kernels): P = qk*act(alpha*s), never P' (_ScaledP)."""
     for cls in CLASSES:
         if cls.name == name:
-            return cls(ops)
+            if fold or cls.p_fold is None:
+                return cls(ops)
+            return type(f"ScaledP{cls.__name__}", (_ScaledP, cls), {"folded": cls.p_fold})(ops)
     raise ValueError(f"unknown activation {name!r}; allowed: {', '.join(NAMES)}")

@@ -155,7 +155,7 @@ class GDPAForwardSm90(FlashAttentionForwardSm90):
         *,
         activation: Activation,
         is_causal: bool,
-        cfg,  # launch.ForwardConfig: the tiles and pack_gqa
+        cfg,  # plans.ForwardConfig: the tiles and pack_gqa
     ):
         super().__init__(
             dtype,

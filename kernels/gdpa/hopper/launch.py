@@ -1,4 +1,4 @@
-"""Launching the Hopper GDPA kernels: configuration, compile keys, tensor plumbing.
+"""Launching the Hopper GDPA kernels: compile keys, tensor plumbing, records (the plans: plans.py).
 
 Kernels are compiled once per key (everything that changes the generated code: pass, dtype, head dim,
 activation, causal, GQA ratio, tiles, scheduler hint) through our own cache (cache.py), never FA4's.
@@ -10,13 +10,12 @@ float launch arguments and cached constant fp32 tensors, never through a host sy
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import cutlass.cute as cute
 import torch
 from cutlass import Float32
 from flash_attn.cute.flash_bwd_postprocess import FlashAttentionBackwardPostprocess
-from flash_attn.cute.interface import BwdConfig, _tile_size_bwd_sm90
+from flash_attn.cute.interface import BwdConfig
 from flash_attn.cute.utils import AuxData
 from quack.compile_utils import make_fake_tensor
 
@@ -38,32 +37,18 @@ from kernels.gdpa.hopper.fwd import GDPAForwardSm90, GDPAForwardSm90Persistent, 
 from kernels.gdpa.hopper.operands import TORCH_TO_CUTE, as_kernel_operand, cute_dtype, filled
 from kernels.gdpa.hopper.persistent import persistent_scheduler
 from kernels.gdpa.hopper.persistent_bwd import backward_scheduler, persistent_backward_scheduler
+from kernels.gdpa.hopper.plans import (
+    SCHEDULER_HINT_MIN_BATCH,
+    BackwardPlan,
+    ForwardConfig,
+    backward_plan,
+    forward_config,
+)
 from kernels.gdpa.hopper.scheduler import tile_counts
 from kernels.gdpa.launch import record_name
 
 # outputs are allocated through this name so tests can poison them (an element the kernels miss then shows)
 _empty_like = torch.empty_like
-# FA4's varlen scheduler decodes a tile's batch by a warp scan over all sequences unless given the
-# cumulative tile counts; FA4 passes them above this batch size (interface.BIN_BATCH_SEARCH_THRESH)
-SCHEDULER_HINT_MIN_BATCH = 256
-
-
-@dataclass(frozen=True)
-class ForwardConfig:
-    tile_m: int
-    tile_n: int
-    pack_gqa: bool
-    scheduler_hint: bool  # cumulative m-block counts handed to FA4's varlen scheduler
-    banded: bool = False  # FA4's seqused vectors restrict the launch to one length band (bands.py)
-    persistent_ctas: int = 0  # > 0: a persistent grid of this many CTAs (persistent.py); 0: FA4's one tile per CTA
-
-
-def forward_config(
-    head_dim: int, groups: int, batch: int, banded: bool = False, persistent_ctas: int = 0
-) -> ForwardConfig:
-    # FA4's sm90 choice (_tile_size_fwd_sm90): 192x128 for head dim 64, 128x128 for 128; P from registers
-    tile_m = 192 if head_dim <= 64 else 128
-    return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH, banded, int(persistent_ctas))
 
 
 def _fake_varlen(b1, banded: bool) -> tuple:
@@ -196,31 +181,6 @@ def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None, persisten
 # ----------------------------------------------------------------------------------------------------------
 # backward
 # ----------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BackwardPlan:
-    cfg: BwdConfig  # FA4's tile configuration
-    split: bool  # pointwise split around the dP GEMM (bwd.py) or fused after it
-
-    @property
-    def variant(self) -> str:
-        return f"{'split' if self.split else 'fused'}{self.cfg.m_block_size}"
-
-
-def backward_plan(head_dim: int, causal: bool, max_q: int, max_kv: int) -> BackwardPlan:
-    """Tiles and pointwise schedule of the backward, by measurement (NOTES.md, H200 run 2):
-    - head dim 128, causal: FA4's causal tiles (64x128), split pointwise;
-    - head dim 128, queries at least twice as long as keys (set 2, KV 256): FA4's 80x128 tiles, fused
-      pointwise — 1.04-1.10x the 64x128 split one there;
-    - head dim 128 otherwise: 64x128 tiles, split pointwise — 1.03-1.09x the 80x128 fused one on set 1
-      (80x128 split spills 21 registers and lost to both everywhere);
-    - head dim 64: FA4's 128x128 tiles, fused (the split one spills 29 registers; not timed)."""
-    if head_dim <= 64:
-        return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, causal, False), False)
-    if not causal and max_q >= 2 * max_kv:
-        return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, False, False), False)
-    return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, True, False), True)  # FA4's causal = 64x128
-
-
 def _padded_rows(total: int, batch: int, tile: int) -> int:
     # FA4's per-sequence padded layout of the fp32 accumulators and row statistics: every sequence
     # starts on a tile boundary (SeqlenInfo.offset_padded)
@@ -242,13 +202,20 @@ def _compile_backward(
     banded: bool,
     persistent_ctas: int = 0,
 ):
-    act = activations.build(activation, DEVICE_OPS)
+    act = activations.build(activation, DEVICE_OPS, fold=dtype is not TORCH_TO_CUTE[torch.float16])  # fp16: P
     kernel_cls, scheduler = GDPABackwardSm90, None
     if persistent_ctas:
         kernel_cls = GDPABackwardSm90Persistent
         scheduler = persistent_backward_scheduler(persistent_ctas, plan.cfg.num_wg * 128)
     kernel = kernel_cls(
-        dtype, head_dim, groups, activation=act, is_causal=causal, cfg=plan.cfg, split_pointwise=plan.split
+        dtype,
+        head_dim,
+        groups,
+        activation=act,
+        is_causal=causal,
+        cfg=plan.cfg,
+        split_pointwise=plan.split,
+        pair_blocks=plan.pairs,
     )
     with backward_scheduler(scheduler):
         return _compile_backward_kernel(kernel, dtype, head_dim, groups, banded, hint)
@@ -453,7 +420,8 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
             cu_blocks_q,
         )
         if groups > 1:
-            for accum, grad, scale in ((dk_out, dk, grad_scale), (dv_out, dv, 1.0)):
+            dv_scale = activations.dv_scale(call.activation, grad_scale, q.dtype != torch.float16)
+            for accum, grad, scale in ((dk_out, dk, grad_scale), (dv_out, dv, dv_scale)):
                 _postprocess(
                     accum,
                     grad,
@@ -474,6 +442,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
             "kernel": "GDPABackwardSm90 (FA4 FlashAttentionBackwardSm90) + FA4 dQ postprocess",
             "tile": [tile_m, tile_n],
             "pointwise": "split" if plan.split else "fused",
+            "query_blocks_per_step": 2 if plan.pairs else 1,
             "gqa_accumulators": groups > 1,
             "scheduler": (f"persistent, {ctas} CTAs" if ctas else "FA4 one key tile per CTA")
             + (" + tile-count hint" if hint else ""),
@@ -485,8 +454,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
 
 
 def _bucket(n: int) -> int:
-    # the qk_scale row tensor is cached; sizing it by powers of two keeps one allocation per size class
-    return 1 << max(int(n) - 1, 1).bit_length()
+    return 1 << max(int(n) - 1, 1).bit_length()  # cached row tensors: one allocation per power-of-two size
 
 
 __all__ = [
