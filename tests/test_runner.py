@@ -609,6 +609,26 @@ def test_resume_of_a_run_of_another_config_needs_force(tmp_path, capsys):
     assert meta["config_history"] == [{"config": str(cfg), "config_name": "t", "config_sha256": first}]
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "extra"),
+    [("sessions", [1], []), ("resumed_at", 5, []), ("retried", 5, ["--retry-failed"]), ("config_history", "x", [])],
+)
+def test_resume_of_a_run_with_a_damaged_meta_list_is_one_line(tmp_path, capsys, key, value, extra):
+    """meta.sessions / resumed_at / retried / config_history are what a resume appends to: damaged by hand,
+    the run is refused with one line naming the field (a traceback at the append before)."""
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report", "--only", "L=6"]) == 0
+    data = results(out)
+    data["meta"][key] = value
+    (out / "results.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--resume", str(out), "--no-progress", *extra]) == 2
+    line = _only_line(capsys.readouterr().err)
+    assert f"meta.{key} must be a list of" in line and "results.json" in line, line
+    assert results(out) == data  # untouched
+
+
 def test_resume_after_a_lengths_file_changed_needs_force(tmp_path, capsys):
     """The config's sha covers its text, not the empirical lengths file it names: a changed file under an unchanged
     config would put two batches in one workload. --resume compares the lengths it would draw with the run's."""
