@@ -89,6 +89,37 @@ def summary_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+# How a run measured, where a difference moves every median or lets a wrong kernel through: compared by
+# `setting_notes`, said before compare's verdict (the work itself is checked per case: results.checks).
+MEASUREMENT_SETTINGS = (
+    ("timing", "flush_l2"),
+    ("timing", "cuda_graph"),
+    ("correctness", "enabled"),
+    ("correctness", "tolerance"),
+)
+
+
+def setting_notes(base: dict, cur: dict) -> list[str]:
+    """One line naming every measurement setting the two runs' meta record differently (none: no line)."""
+    differ = []
+    for block, key in MEASUREMENT_SETTINGS:
+        values = []
+        for data in (base, cur):
+            meta = data.get("meta") if isinstance(data, dict) else None
+            section = meta.get(block) if isinstance(meta, dict) else None
+            values.append(section.get(key) if isinstance(section, dict) else None)
+        if None not in values and values[0] != values[1]:
+            differ.append(f"{block}.{key} {values[0]} in the baseline, {values[1]} here")
+    if not differ:
+        return []
+    return [
+        "note: the runs measured differently ("
+        + "; ".join(differ)
+        + "): a change below may be the setting's, not the kernel's (a run without the correctness gate "
+        "times kernels nothing checked)."
+    ]
+
+
 def json_document(rows: list[dict], base_path: str, cur_path: str, settings: CompareSettings) -> dict:
     """The `--format json` document: the settings, the counts, every row and the ids failing the gate."""
     return {

@@ -242,7 +242,23 @@ def read_results(path: str | Path) -> dict:
         data["meta"] = {}
     if not isinstance(data.get("workloads"), dict):
         data["workloads"] = {}
+    _check_meta_lists(data["meta"], p)
     return data
+
+
+# meta's lists a resumed run extends (ResultsWriter, bench.sweep.rundir.retry_failed): what each holds
+_META_LISTS = {"sessions": dict, "resumed_at": str, "retried": dict, "config_history": dict}
+
+
+def _check_meta_lists(meta: dict, p: Path) -> None:
+    """A resume appends to these: a hand-edited or damaged one is one line naming it, not a traceback there."""
+    for key, kind in _META_LISTS.items():
+        value = meta.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(x, kind) or x is None for x in value):
+            what = "objects" if kind is dict else "strings"
+            raise ResultsError(f"{p}: meta.{key} must be a list of {what}, got {str(value)[:60]}")
 
 
 # ---------------------------------------------------------------------------------------- flattening

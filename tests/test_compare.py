@@ -69,6 +69,25 @@ def test_identical_runs_pass(tmp_path, capsys):
     assert out.strip().splitlines()[-1].startswith("OK: no case slower or failed")
 
 
+def test_runs_measured_differently_are_said_before_the_verdict(tmp_path, capsys):
+    """The L2 flush, CUDA graphs or the correctness gate on in one run and off in the other move every median
+    or time unchecked kernels: compare names each such setting on a note line."""
+    cases = [case("gdpa_triton", noisy(1.0, seed=1)), case("fa4", noisy(2.0, seed=2))]
+    timing = {"warmup_ms": 25.0, "rep_ms": 1000.0, "flush_l2": True, "cuda_graph": True}
+    gate = {"enabled": True, "tolerance": 0.02, "max_check_seqs": 16}
+    b = write(tmp_path, "b.json", cases, timing=timing, correctness=gate)
+    same = write(tmp_path, "same.json", cases, timing={**timing, "rep_ms": 300.0}, correctness=gate)
+    rc, out, _ = run(capsys, b, same)
+    assert rc == 0 and "measured differently" not in out  # the window's length is not such a setting
+    c = write(tmp_path, "c.json", cases, timing={**timing, "flush_l2": False}, correctness={**gate, "enabled": False})
+    rc, out, _ = run(capsys, b, c)
+    (note,) = [line for line in out.splitlines() if "measured differently" in line]
+    assert "timing.flush_l2 True in the baseline, False here" in note
+    assert "correctness.enabled True in the baseline, False here" in note
+    assert "cuda_graph" not in note and "tolerance" not in note
+    assert out.strip().splitlines()[-1].startswith("OK: no case slower or failed")  # said, not judged
+
+
 def test_ten_percent_slower_is_a_regression(tmp_path, capsys):
     base = [case("gdpa_triton", noisy(1.0, n=25, seed=10)), case("fa4", noisy(2.0, n=25, seed=11))]
     cur = [case("gdpa_triton", noisy(1.10, n=25, seed=12)), case("fa4", noisy(2.0, n=25, seed=13))]

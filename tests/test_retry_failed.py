@@ -67,6 +67,28 @@ def test_a_resumed_run_runs_its_failed_cases_again_and_keeps_their_old_records(t
     assert len(read_results(out)["meta"]["retried"]) == 1
 
 
+@pytest.mark.parametrize("isolation", ["none", "process"])
+def test_a_retry_limited_by_only_keeps_the_failed_cases_it_does_not_run(tmp_path, capsys, isolation):
+    cfg, out = tmp_path / "cfg.yaml", tmp_path / "run"
+    cfg.write_text(yaml.safe_dump(CFG))
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report"]) == 0
+    data = json.loads((out / "results.json").read_text())
+    for case in data["cases"]:
+        case.update(status="failed", error="a hang", median_ms=None)
+    (out / "results.json").write_text(json.dumps(data))
+    ids = [c["id"] for c in data["cases"]]
+    (chosen,) = [i for i in ids if i.endswith("L=16/naive_eager")]
+    args = ["run", str(cfg), "--resume", str(out), "--no-progress", "--no-report", "--isolation", isolation]
+    capsys.readouterr()
+    assert main([*args, "--retry-failed", "--only", "L=16/naive_eager"]) == 0
+    assert f"--retry-failed: 1 failed case(s) of {out} to run again" in capsys.readouterr().out
+    data = read_results(out)
+    status = {c["id"]: c["status"] for c in data["cases"]}
+    assert sorted(status) == sorted(ids)  # no case left the run's results
+    assert status.pop(chosen) == "ok" and set(status.values()) == {"failed"}
+    assert [c["id"] for c in data["meta"]["retried"]] == [chosen]
+
+
 @pytest.mark.parametrize(
     "extra, line",
     [

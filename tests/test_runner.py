@@ -264,6 +264,41 @@ def test_flops_follow_the_peer_convention():
     assert w.flops("bwd", (q, q)) == 2.5 * fwd and w.flops("fwd_bwd", (q, q)) == 3.5 * fwd
 
 
+def test_causal_flops_count_each_providers_mask(tmp_path):
+    """Causal with Lq != Lk: GDPA's mask is top-left aligned, softmax attention's bottom-right (FlashAttention's),
+    so the two compute different pairs; each record's FLOPs are its own provider's (a softmax kernel's were
+    counted top-left: 62x too few at Lq 16, Lk 1024)."""
+    cfg = tmp_path / "causal.yaml"
+    cfg.write_text(
+        textwrap.dedent(
+            """
+            name: causal-flops
+            device: cpu
+            providers: [reference, reference_softmax]
+            modes: [fwd]
+            timing: {warmup_ms: 1, rep_ms: 2, min_reps: 2, max_reps: 2}
+            power: {enabled: false}
+            hardware: {calibrate: false}
+            sets:
+              - {name: t, B: 3, H: 2, D: 16, dtype: fp32, max_len: 24, causal: true,
+                 lengths: {family: uniform_fill, fill: 1.0}, kv: {rule: fixed_kv, kv_len: 7}}
+            """
+        )
+    )
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report"]) == 0
+    cases = {c["provider"]: c for c in json.loads((out / "results.json").read_text())["cases"]}
+    assert {c["status"] for c in cases.values()} == {"ok"}
+    (case,) = [c for c in load_config(cfg).cases if c.label == "reference"]
+    q, kv = case.workload.lengths()
+    assert set(q) == {24} and set(kv) == {7}
+    i, j = np.arange(24)[:, None], np.arange(7)[None, :]
+    top_left, bottom_right = int((j <= i).sum()), int((j <= i + 7 - 24).sum())
+    assert (top_left, bottom_right) == (28 + 17 * 7, 28)  # bottom-right: the first 17 rows see no key, then 1..7
+    for label, pairs in (("reference", top_left), ("reference_softmax", bottom_right)):
+        assert cases[label]["flops"] == 4 * 2 * 16 * 3 * pairs, label
+
+
 def test_smoke_config_pipeline_subset(tmp_path):
     """The README's main job on CPU, restricted to one workload to keep the suite fast."""
     out = tmp_path / "smoke"
@@ -572,6 +607,26 @@ def test_resume_of_a_run_of_another_config_needs_force(tmp_path, capsys):
     meta = results(out)["meta"]
     assert len(results(out)["cases"]) == 2 and meta["config_name"] == "t2"
     assert meta["config_history"] == [{"config": str(cfg), "config_name": "t", "config_sha256": first}]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "extra"),
+    [("sessions", [1], []), ("resumed_at", 5, []), ("retried", 5, ["--retry-failed"]), ("config_history", "x", [])],
+)
+def test_resume_of_a_run_with_a_damaged_meta_list_is_one_line(tmp_path, capsys, key, value, extra):
+    """meta.sessions / resumed_at / retried / config_history are what a resume appends to: damaged by hand,
+    the run is refused with one line naming the field (a traceback at the append before)."""
+    cfg = config(tmp_path, "[naive_eager]", modes="[fwd]")
+    out = tmp_path / "run"
+    assert main(["run", str(cfg), "--out", str(out), "--no-progress", "--no-report", "--only", "L=6"]) == 0
+    data = results(out)
+    data["meta"][key] = value
+    (out / "results.json").write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["run", str(cfg), "--resume", str(out), "--no-progress", *extra]) == 2
+    line = _only_line(capsys.readouterr().err)
+    assert f"meta.{key} must be a list of" in line and "results.json" in line, line
+    assert results(out) == data  # untouched
 
 
 def test_resume_after_a_lengths_file_changed_needs_force(tmp_path, capsys):

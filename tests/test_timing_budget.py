@@ -55,6 +55,24 @@ def test_cpu_timing_uses_the_budget_and_the_configured_reps():
     assert len(s.times_ms) == 30  # not clamped to 20 on a CPU (it was, before issue 19)
 
 
+def test_cpu_warmup_calls_until_its_budget_has_passed():
+    """`warmup_ms` on the CPU as on the GPU: untimed calls until it has passed (one call, however long)."""
+    calls = []
+
+    def fn():
+        calls.append(time.perf_counter())
+        time.sleep(0.002)
+
+    s = time_cpu(fn, warmup_ms=40, rep_ms=1, min_reps=3, max_reps=3)
+    warm = len(calls) - len(s.times_ms)
+    assert len(s.times_ms) == 3 and warm >= 2
+    # the samples start once 40 ms have passed, and no warm-up call started after that
+    assert calls[warm] - calls[0] >= 0.039 and calls[warm - 1] - calls[0] < 0.040
+    calls.clear()
+    time_cpu(fn, warmup_ms=0.001, rep_ms=1, min_reps=2, max_reps=2)
+    assert len(calls) == 3  # one warm-up call, then the samples
+
+
 def test_each_chunk_after_a_sync_starts_with_an_untimed_call(monkeypatch):
     """The order time_cuda enqueues in, with torch.cuda's events and sync stood in for: every timed sample's
     call is preceded, since the last sync, by at least one untimed call (a warm-up or the chunk's primer), so

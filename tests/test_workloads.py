@@ -415,6 +415,22 @@ def test_work_pairs_causal_matches_brute_force():
     assert work_pairs([1], [1]).dtype == np.int64
 
 
+def test_work_pairs_bottom_right_causal_matches_brute_force():
+    """Softmax attention's causal mask (FlashAttention's, j <= i + Lk - Lq): the pairs its kernels compute."""
+    qs, ks, brute = [], [], []
+    for lq in range(9):
+        for lk in range(9):
+            qs.append(lq)
+            ks.append(lk)
+            brute.append(sum(1 for i in range(lq) for j in range(lk) if j <= i + lk - lq))
+    assert work_pairs(qs, ks, causal=True, bottom_right=True).tolist() == brute
+    square = [i for i, (a, b) in enumerate(zip(qs, ks, strict=True)) if a == b]
+    top_left = work_pairs(qs, ks, causal=True)
+    assert all(top_left[i] == brute[i] for i in square)  # the conventions agree only where Lq == Lk
+    assert work_pairs([16], [1024], causal=True, bottom_right=True).tolist() == [16 * 1024 - 16 * 15 // 2]
+    assert work_pairs([4], [4], bottom_right=True).tolist() == [16]  # not causal: Lq * Lk either way
+
+
 def test_stats_hand_computed():
     q, k = [4, 2, 0, 2], [4, 2, 2, 4]  # work 16, 4, 0, 8 = 28
     s = length_stats(q, k)

@@ -52,16 +52,20 @@ def _pair(q_lengths, kv_lengths) -> tuple[np.ndarray, np.ndarray]:
     return q, k
 
 
-def work_pairs(q_lengths, kv_lengths, causal: bool = False) -> np.ndarray:
+def work_pairs(q_lengths, kv_lengths, causal: bool = False, bottom_right: bool = False) -> np.ndarray:
     """Score pairs (i, j) computed per sequence, int64.
 
-    Non-causal: Lq·Lk. Causal (top-left aligned, j <= i, diagonal kept: HSTU's convention):
+    Non-causal: Lq·Lk. Causal (top-left aligned, j <= i, diagonal kept: HSTU's convention, GDPA's):
     sum_{i<Lq} min(i+1, Lk) = m(m+1)/2 + (Lq-m)·Lk with m = min(Lq, Lk): the first m rows form a
-    triangle, every later row sees all Lk keys."""
+    triangle, every later row sees all Lk keys. `bottom_right` (softmax attention's causal, FlashAttention's:
+    j <= i + Lk - Lq): the last row sees all Lk keys, each row above one fewer, down to none,
+    m·Lk - m(m-1)/2. The two agree where Lq == Lk."""
     q, k = _pair(q_lengths, kv_lengths)
     if not causal:
         return q * k
     m = np.minimum(q, k)
+    if bottom_right:
+        return m * k - m * (m - 1) // 2
     return m * (m + 1) // 2 + (q - m) * k
 
 

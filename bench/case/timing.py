@@ -137,7 +137,11 @@ def prime(call: Callable[[], object], flush: torch.Tensor | None) -> None:
 def time_cpu(
     fn: Callable[[], object], *, warmup_ms: float, rep_ms: float, min_reps: int = 3, max_reps: int = 50, **_
 ) -> Samples:
-    fn()  # the caller has already warmed fn once: a second warmup call
+    # the caller has already warmed fn once; then calls until `warmup_ms` has passed (at least one)
+    start = time.perf_counter()
+    fn()
+    while (time.perf_counter() - start) * 1e3 < warmup_ms:
+        fn()
     times: list[float] = []
     while chunk_size(times, rep_ms, min_reps, max_reps):
         t0 = time.perf_counter()

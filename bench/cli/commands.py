@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.resume:
                 check_new_run_dir(run_dir, option)  # a run that ended there while we checked
             else:
-                _retry_failed(args, run_dir)
+                _retry_failed(args, run_dir, cases)
                 from bench.profiling.later import pending_ids
                 from bench.sweep.environments import pending
                 from results.files import read_results
@@ -147,16 +147,17 @@ def run(args: argparse.Namespace) -> int:
         if not args.resume:
             check_new_run_dir(run_dir, option)  # a run that ended there while we checked
         elif not args.worker:  # a worker's parent did it
-            _retry_failed(args, run_dir)
+            _retry_failed(args, run_dir, cases)
         return _sweep(args, cfg, cases, device, run_dir)
 
 
-def _retry_failed(args: argparse.Namespace, run_dir: Path) -> None:
-    """`--retry-failed`, once every check passed and holding the folder's lock the sweep then runs under."""
+def _retry_failed(args: argparse.Namespace, run_dir: Path, cases) -> None:
+    """`--retry-failed`, once every check passed and holding the folder's lock the sweep then runs under: the
+    failed cases among those selected (`cases`) run again."""
     if args.retry_failed:
         from bench.sweep.rundir import retry_failed
 
-        ids = retry_failed(run_dir)
+        ids = retry_failed(run_dir, {c.id for c in cases})
         print(f"--retry-failed: {len(ids)} failed case(s) of {run_dir} to run again", flush=True)
 
 

@@ -97,7 +97,7 @@ def compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compare(args: argparse.Namespace) -> int:
     """Exit 0 when no case fails the gate, 1 otherwise (the failing cases named on the last lines)."""
-    from reports.compare import format_markdown, json_document, summary_lines
+    from reports.compare import format_markdown, json_document, setting_notes, summary_lines
     from reports.cpu_notes import compare_notes
     from results.checks import check_results, work_differs
     from results.files import ResultsError, clean
@@ -128,7 +128,8 @@ def compare(args: argparse.Namespace) -> int:
     timelines = timeline_clocks(args.baseline), timeline_clocks(args.current)
     rows = compare_checked(base_cases, cur_cases, settings, *timelines)
     tail = summary_lines(rows)
-    tail[1:1] = compare_notes(base, cur, rows, settings.min_samples)  # why nothing is gated, before the verdict
+    # why nothing is gated, and how the runs measured differently, before the verdict
+    tail[1:1] = compare_notes(base, cur, rows, settings.min_samples) + setting_notes(base, cur)
     if args.format == "json":
         doc = json_document(rows, args.baseline, args.current, settings)
         print(json.dumps(clean(doc), indent=1, default=str))

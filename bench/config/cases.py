@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels.registry import CaseSpec
+from kernels.registry import CaseSpec, provider_class
 from results.figures import case_flops
 from workloads import build_lengths, make_batch, resolve_pairing_params, work_pairs
 
@@ -71,10 +71,12 @@ class Workload:
             self_attention=self.rule == "self",
         )  # fmt: skip
 
-    def flops(self, mode: str, lengths: tuple[np.ndarray, np.ndarray]) -> float:
-        """The FLOPs of one call in `mode` on these lengths (the peers' convention: results.figures)."""
+    def flops(self, mode: str, lengths: tuple[np.ndarray, np.ndarray], semantics: str = "gdpa") -> float:
+        """The FLOPs of one call in `mode` on these lengths (the peers' convention: results.figures), for a
+        provider of `semantics`: a softmax provider's causal mask is bottom-right aligned, GDPA's top-left."""
         q, kv = lengths
-        return case_flops(self.H, self.D, work_pairs(q, kv, causal=self.causal).sum(), mode)
+        pairs = work_pairs(q, kv, causal=self.causal, bottom_right=semantics == "softmax")
+        return case_flops(self.H, self.D, pairs.sum(), mode)
 
     def record_fields(self, wstats: dict) -> dict:
         """The case record's `workload` block: the parameters and the statistics of its lengths."""
@@ -130,6 +132,19 @@ class Case:
     def label(self) -> str:
         """The provider's label: the case id's last segment and the results' `provider`."""
         return self.provider.label
+
+    @property
+    def semantics(self) -> str:
+        """What the provider computes (`gdpa` or `softmax`), from its registered class: `gdpa` for a name
+        the registry does not know (the case then fails on its provider, with that error)."""
+        try:
+            return provider_class(self.provider.name).semantics
+        except Exception:
+            return "gdpa"
+
+    def flops(self, lengths: tuple[np.ndarray, np.ndarray]) -> float:
+        """The FLOPs of one call of this case on these lengths (Workload.flops, this provider's semantics)."""
+        return self.workload.flops(self.mode, lengths, self.semantics)
 
     @property
     def spec(self) -> CaseSpec:

@@ -73,7 +73,7 @@ def time_band(
 ) -> dict:
     """One band's sub-batch: gate (when `gate` gives its tolerance and max_check_seqs), warm, measure."""
     w, spec = case.workload, case.spec
-    flops = w.flops(case.mode, (q, k))
+    flops = case.flops((q, k))
     out: dict = {"flops": flops, "status": None, "error": None, "rel_err": None}
     batch = fn = None
     try:

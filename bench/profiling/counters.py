@@ -198,7 +198,7 @@ def collect(
         if c.id not in by_id:
             out[c.id] = {"counters": not_run("failed", errors.get(c.id) or "the ncu child did not reach this case")}
             continue
-        rec = summarize(by_id[c.id], c.workload.flops(c.mode, c.workload.lengths()))
+        rec = summarize(by_id[c.id], c.flops(c.workload.lengths()))
         rec["report"] = str(export) if export is not None and export.exists() else None
         out[c.id] = {"counters": rec, **legacy_fields(rec)}
     return out

@@ -100,7 +100,7 @@ def run(
         if resume is None:
             check_new_run_dir(run_dir, option, API)
         elif retry_failed:
-            retry_failed_cases(run_dir)
+            retry_failed_cases(run_dir, {c.id for c in cases})
         runner = Runner(cfg, run_dir, dev, resume=resume is not None, progress=progress)
         runner.run(cases)
     _, df, _ = load_run(run_dir)

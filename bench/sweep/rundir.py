@@ -137,18 +137,24 @@ def resume_command(argv: list[str], run_dir: Path) -> str:
     return f"{prog} {shlex.join([*args, '--resume', str(run_dir)])}"
 
 
-def retry_failed(run_dir: Path) -> list[str]:
+def retry_failed(run_dir: Path, selected: set[str] | None = None) -> list[str]:
     """`run --resume RUN_DIR --retry-failed`: the cases results.json records `failed` leave its `cases` for
     `meta.retried` (each record whole, with `retried_at`), so the resumed run measures them again; nothing
     else in the run changes, and a retry interrupted before they ran again leaves them to the next `--resume`
-    (recorded nowhere as done). Returns their ids. Call it holding the folder's lock."""
+    (recorded nowhere as done). `selected`: the ids this resume runs (`--only`, `--providers`); a failed case
+    outside them keeps its record, since nothing would measure it again. Returns the ids moved. Call it
+    holding the folder's lock."""
     data = read_results(run_dir)
-    failed = [c for c in data.get("cases", []) if c.get("status") == "failed"]
+
+    def again(case: dict) -> bool:
+        return case.get("status") == "failed" and (selected is None or case.get("id") in selected)
+
+    failed = [c for c in data.get("cases", []) if again(c)]
     if failed:
         when = datetime.now(timezone.utc).isoformat(timespec="seconds")
         meta = data.setdefault("meta", {})
         meta["retried"] = [*meta.get("retried", []), *({**c, "retried_at": when} for c in failed)]
-        data["cases"] = [c for c in data["cases"] if c.get("status") != "failed"]
+        data["cases"] = [c for c in data["cases"] if not again(c)]
         writer = ResultsWriter.of(Path(run_dir), data)
         if writer.run_dir.joinpath("results.parquet").exists():  # the three files hold the same cases
             writer.write_parquet()

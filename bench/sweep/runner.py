@@ -410,7 +410,7 @@ class Runner:
                 self.say(f"  {case.id}: FAILED {why}")
             return
         q_len, kv_len, wstats = self.build_workload(case.workload)
-        rec = self.blank_record(case, wstats, case.workload.flops(case.mode, (q_len, kv_len)))
+        rec = self.blank_record(case, wstats, case.flops((q_len, kv_len)))
         rec.update(status="failed", error=hung["error"], times_ms=[], wall_s=hung["wall_s"])
         self.writer.add_case(rec)
         self.say(case_line(rec))
@@ -447,7 +447,7 @@ class Runner:
             build_error = f"building the batch failed: {one_line(exc)}"
         for case in group:
             self.progress.started(case.id)
-            flops = w.flops(case.mode, (q_len, kv_len))
+            flops = case.flops((q_len, kv_len))
             if self.monitor is not None:
                 self.monitor.begin_case(case.id)
             if batch is None:
