@@ -86,9 +86,7 @@ METRICS: tuple[Metric, ...] = (
         "GPU · `skipped` cannot run here, unsupported, or needs more memory than is free (`needs N GiB, M GiB free`)",
       kind="text", shown=("cases",), header="status"),
     Metric("ok", "", "frame", "status == 'ok'", "the case was timed", kind="flag"),
-    Metric("flops", "FLOP", "runner",
-      "4·H·D·Σ unmasked pairs (causal by the provider's mask: GDPA top-left, softmax bottom-right); "
-      "bwd ×2.5, fwd_bwd ×3.5",
+    Metric("flops", "FLOP", "runner", "4·H·D·Σ unmasked pairs (causal: its provider's mask); bwd ×2.5, fwd_bwd ×3.5",
       "useful FLOPs per call, the peers' convention (docs/DESIGN.md §3)", fmt="sci"),
     Metric("times_ms", "ms", "timer", "", "every timed sample, in measurement order", kind="list"),
     Metric("median_ms", "ms", "timer", "median of times_ms", "time per call", shown=("cases", "kernels"),
