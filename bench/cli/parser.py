@@ -69,9 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         sig = entry_signal()
         print(f"interrupted ({sig.name})", file=sys.stderr)
         return sig.exit_code
-    except ImportError:
-        # a signal that lands while an extension module initialises (numpy's, on a loaded CI machine) leaves
-        # its KeyboardInterrupt as "ImportError: initialization failed": the signal's, not a broken install
+    except Exception:
+        # a signal's KeyboardInterrupt can surface as another error, depending on the code it landed in: an
+        # extension module initialising (numpy's, on a loaded CI machine) turns it into "ImportError:
+        # initialization failed", a class body's `__set_name__` on Python 3.11 (pydantic's import) into
+        # RuntimeError. Once a signal was recorded, the command ended because of it; with none, the error is
+        # the error it is (a broken install stays a traceback).
         sig = entry_signal()
         if sig.signum is None:
             raise
