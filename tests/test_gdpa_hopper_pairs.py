@@ -36,6 +36,7 @@ def test_the_paired_block_range_is_fa4s(causal, tile_m, tile_n):
                 assert tuple(got) == tuple(want), (seqlen_q, seqlen_k, n_block)
 
 
+@needs_fa4  # kernels.gdpa.hopper.launch imports the CuTe DSL
 def test_the_split_plans_pair_blocks_and_the_fused_ones_do_not():
     """Paired fused plans serialize every wgmma in ptxas (the 80x128 and head-dim-64 ones: 64-68 full waits where
     unpaired has 2, PERF.md), so only the split 64x128 plans pair."""
