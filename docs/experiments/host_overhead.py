@@ -15,8 +15,12 @@ import types
 
 import torch
 
-from kernels.gdpa import backends, choice
-from kernels.gdpa.interface import gdpa
+from bench.case.device import use_interpreter_without_gpu
+
+use_interpreter_without_gpu()  # the plan checks that Triton can run; nothing is launched (stub_backends)
+
+from kernels.gdpa import backends, choice  # noqa: E402  (after the interpreter is chosen)
+from kernels.gdpa.interface import gdpa  # noqa: E402
 
 
 def stub_backends() -> None:
