@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from results.files import read_results
+from results.power_csv import read_power
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +109,7 @@ providers:  # tiles pinned: no autotuning inside the 60 s deadline of the first 
   - {{name: test_spin_hang, options: {{hang_at: {HANG_AT}}}}}
 modes: [fwd]
 timing: {{warmup_ms: 20, rep_ms: 50, min_reps: 5}}
-power: {{enabled: false}}
+power: {{settle_s: 0.1, energy_loop_s: 0.1}}  # power.csv: the killed worker's cases stay in it
 hardware: {{calibrate: false}}
 sets:
   - name: s
@@ -137,3 +138,6 @@ def test_a_kernel_that_hangs_the_gpu_is_killed_recorded_and_the_sweep_goes_on(tm
     for c in cases.values():  # the case after the hang ran on the same GPU in a fresh worker
         assert c["status"] == "ok", (c["id"], c["status"], c["error"])
     assert proc.stdout.count("a fresh worker process (pid") == 1
+    timeline = read_power(tmp_path / "hang")  # written case by case: the killed worker's first case is in it
+    assert set(timeline["case_id"]) - {""} >= set(cases), sorted(set(timeline["case_id"]))
+    assert timeline["time_s"].is_monotonic_increasing

@@ -101,3 +101,115 @@ def test_gpu_strided_offsets_views_forward_and_backward(options):
     for name, got, want in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *rgrads), strict=True):
         err = ((got.float() - want).norm() / want.norm().clamp_min(1e-6)).item()
         assert err <= 3e-3, f"{name}: rel err {err:.2e}"
+
+
+# ---------------------------------------------------------------- the second review (2026-12-05)
+
+
+def test_the_op_is_not_traced_by_torch_compile():
+    """TorchDynamo traced into the Triton launches and the compiled forward came back unwritten (the H200): the
+    op is opaque to it, so a compiled function computes what the eager call does."""
+    b = _batch()
+    m = int(max(b.q_lengths))
+
+    def f(q, k, v):
+        return gdpa(q, k, v, b.q_offsets, b.kv_offsets, m, m, activation="gelu", options=GDPAOptions(backend="triton"))
+
+    want = f(b.q, b.k, b.v)
+    got = torch.compile(f, backend="eager")(b.q, b.k, b.v)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_one_strided_view_for_both_offsets_stays_self_attention():
+    """The same strided view as q_offsets and kv_offsets: one contiguous copy, so the op still sees one offsets
+    tensor (self-attention; packed refused cross-attention longer than 128 when each side got its own copy)."""
+    b = _batch(lengths=(150, 9, 0, 3))
+    m = int(max(b.q_lengths))
+    options = GDPAOptions(backend="packed")
+    want = gdpa(b.q, b.k, b.v, b.q_offsets, b.q_offsets, m, m, activation="raw", options=options)
+    view = _strided(b.q_offsets)
+    got = gdpa(b.q, b.k, b.v, view, view, m, m, activation="raw", options=options)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    table = view._base  # two view objects of one column: the same storage, shape and strides
+    got = gdpa(b.q, b.k, b.v, table[:, 0], table[:, 0], m, m, activation="raw", options=options)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_stage_that_raises_still_joins_the_side_streams(monkeypatch):
+    """run_concurrently joins every side stream into the caller's even when a stage raises (streams stood in
+    for: the order of the calls is what is checked)."""
+    from kernels.gdpa import concurrent
+
+    calls = []
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_stream(self, other):
+            calls.append((self.name, "waits", other.name))
+
+    main, side = Stream("main"), Stream("side")
+    monkeypatch.setattr(concurrent.torch.cuda, "current_stream", lambda device=None: main)
+    monkeypatch.setattr(concurrent, "side_streams", lambda device, n: [side])
+    monkeypatch.setattr(concurrent.torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
+
+    def fails():
+        calls.append("second stage raises")
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        concurrent.run_concurrently(torch.device("cuda"), [lambda: calls.append("first stage"), fails])
+    assert calls == [("side", "waits", "main"), "first stage", "second stage raises", ("main", "waits", "side")]
+
+
+def test_auto_chooses_its_plan_on_the_inputs_device(monkeypatch):
+    """backend="auto" times candidates with events on the current device: the choice runs inside the inputs'
+    device context (cuda:1 inputs were timed against device 0's idle stream)."""
+    from kernels.gdpa import interface
+
+    entered, seen = [], []
+
+    class Device:
+        def __init__(self, t):
+            self.t = t
+
+        def __enter__(self):
+            entered.append("inputs' device")
+
+        def __exit__(self, *exc):
+            entered.append("left")
+
+    monkeypatch.setattr(interface, "_on_device_of", Device)
+    real = choice.plan_for
+    monkeypatch.setattr(choice, "plan_for", lambda *a, **k: (seen.append(list(entered)), real(*a, **k))[1])
+    b = _batch()
+    m = int(max(b.q_lengths))
+    gdpa(b.q, b.k, b.v, b.q_offsets, b.kv_offsets, m, m, activation="raw")
+    assert seen == [["inputs' device"]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [GDPAOptions(), GDPAOptions(backend="triton")], ids=lambda o: o.backend)
+def test_gpu_a_compiled_model_computes_what_the_eager_op_does(options):
+    """torch.compile (inductor) around the op, forward and backward, against the eager call (on the H200 the
+    compiled forward was never written; the default options raised about events)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    lengths = (300, 7, 0, 128, 650, 64)
+    b = make_batch(list(lengths), list(lengths), H=4, Hkv=2, D=64, dtype=torch.bfloat16, device="cuda", seed=5)
+    m = max(lengths)
+
+    def f(q, k, v):
+        o = b.q_offsets
+        return gdpa(q, k, v, o, o, m, m, activation="gelu", alpha=-0.5, qk_scale=0.7, causal=True, options=options)
+
+    spec = CaseSpec(activation="gelu", alpha=-0.5, qk_scale=0.7, causal=True)
+    ref, rgrads = reference_outputs(b, spec, grads=True)
+    for fn in (f, torch.compile(f)):
+        q, k, v = (t.clone().requires_grad_(True) for t in (b.q, b.k, b.v))
+        out = fn(q, k, v)
+        grads = torch.autograd.grad(out, (q, k, v), b.dout)
+        for name, got, want in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *rgrads), strict=True):
+            err = ((got.float() - want).norm() / want.norm().clamp_min(1e-6)).item()
+            assert err <= 3e-3, f"{fn.__name__ if fn is f else 'compiled'} {name}: rel err {err:.2e}"

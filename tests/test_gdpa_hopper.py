@@ -228,13 +228,24 @@ def _relerr(got, ref):
     return float((got.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
+# what a poisoned allocation holds: NaN, and in an int32 dQ tile counter a value past bwd.DQ_STORED (a counter the
+# launch failed to zero makes every key tile add onto the NaN instead of waiting for a store that never comes)
+POISON_COUNT = 0x7FF00000
+
+
+def _poisoned_empty(*shape, dtype=torch.float32, **kw):
+    return torch.full(shape, math.nan if dtype.is_floating_point else POISON_COUNT, dtype=dtype, **kw)
+
+
 @pytest.fixture
 def poisoned(monkeypatch):
-    from kernels.gdpa.hopper import launch
+    from kernels.gdpa.hopper import accumulators, launch
 
     # kernels compiled ahead (docs/experiments/hopper_gpu.py --prebuild DIR; the same cases) load instead of
     # compiling on the GPU machine when GDPA_HOPPER_KERNEL_DIR names DIR (kernels/gdpa/hopper/cache.py)
     monkeypatch.setattr(launch, "_empty_like", lambda t: torch.full_like(t, math.nan))
+    # the fp32 accumulators and dQ's tile counters: what the launch leaves unwritten must never be read
+    monkeypatch.setattr(accumulators, "_empty", _poisoned_empty)
 
 
 LONG_Q = [0, 1, 63, 65, 159, 160, 161, 500, 513, 640]  # against SHORT_K: max_q >= 2 max_kv (fused 80x128)
@@ -481,16 +492,12 @@ def test_a_banded_backward_zeroes_its_sequences_accumulator_tiles_only():
     offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)).to(torch.int32)
     tile, hdim, heads = 64, 32, 3
     rows = (int(lengths.sum()) + (len(lengths) + 1) * tile - 1) // tile * tile
-    empty = torch.empty
-
-    def nan_empty(*shape, **kw):
-        return empty(*shape, **kw).fill_(float("nan"))
-
-    accumulators.torch.empty = nan_empty  # on a GPU the memory is what it is; here NaN shows what is written
+    empty = accumulators._empty
+    accumulators._empty = _poisoned_empty  # on a GPU the memory is what it is; here NaN shows what is written
     try:
         got = accumulators.zeros_for_band(heads, rows, hdim, offsets, used, tile, int(lengths.max()))
     finally:
-        accumulators.torch.empty = empty
+        accumulators._empty = empty
     expect = torch.full((heads, rows * hdim), float("nan"))
     for b, n in enumerate(used.tolist()):
         start = (int(offsets[b]) + b * tile) // tile * tile * hdim
@@ -498,6 +505,113 @@ def test_a_banded_backward_zeroes_its_sequences_accumulator_tiles_only():
     assert torch.equal(torch.isnan(got), torch.isnan(expect)) and not got[~torch.isnan(expect)].any()
     whole = accumulators.zeros_for_band(heads, rows, hdim, offsets, None, tile, int(lengths.max()))
     assert whole.shape == (heads, rows * hdim) and not whole.any()
+
+
+@pytest.mark.parametrize(("banded", "causal"), [(False, False), (True, False), (False, True)],
+                         ids=["whole batch", "band [5, 131)", "causal"])  # fmt: skip
+def test_dq_first_touch_zeroes_the_tile_counters_of_its_sequences_and_the_dq_no_key_reaches(banded, causal):
+    """Under Triton's interpreter: dQ's accumulator is left unwritten except the tiles no key tile reaches — all of a
+    launched sequence with queries and no keys; causal, the query blocks before FA4's first block of key tile 0,
+    (Lq - Lk) // tile (a causal call that is not self-attention: the op checks that only with validate="full") —
+    there its dQ is 0; the int32 counters of every launched sequence's ceil(Lq / tile) tiles, per head, are
+    zeroed; nothing else is written (poisoned allocations keep their poison)."""
+    from kernels.gdpa.hopper import accumulators
+
+    lq = torch.tensor([0, 5, 64, 65, 130, 3, 0, 200, 70, 9])
+    lk = torch.tensor([0, 5, 0, 65, 1, 0, 7, 0, 64, 300])
+    q_off, k_off = (torch.nn.functional.pad(torch.cumsum(n, 0), (1, 0)).to(torch.int32) for n in (lq, lk))
+    used = (None, None)
+    if banded:  # FA4's seqused of band [5, 131) of min(Lq, Lk): a sequence outside it has 0 rows on both sides
+        key = torch.minimum(lq, lk)
+        inside = (key >= 5) & (key < 131)
+        used = tuple(torch.where(inside, n, 0).to(torch.int32) for n in (lq, lk))
+    tile, hdim, heads = 64, 32, 3
+    rows = (int(lq.sum()) + (len(lq) + 1) * tile - 1) // tile * tile
+    empty = accumulators._empty
+    accumulators._empty = _poisoned_empty
+    try:
+        accum, counts = accumulators.first_touch_dq(heads, rows, hdim, q_off, k_off, used, tile, causal)
+    finally:
+        accumulators._empty = empty
+    assert accum.shape == (heads, rows * hdim) and counts.shape == (heads, rows // tile)
+    expect_accum = torch.full_like(accum, math.nan)
+    expect_counts = torch.full_like(counts, POISON_COUNT)
+    for b in range(len(lq)):
+        n_q = int(used[0][b]) if banded else int(lq[b])
+        n_k = int(used[1][b]) if banded else int(lk[b])
+        first = (int(q_off[b]) + b * tile) // tile
+        tiles = (n_q + tile - 1) // tile
+        expect_counts[:, first : first + tiles] = 0
+        unvisited = tiles if not n_k else min(max((n_q - n_k) // tile, 0), tiles) if causal else 0
+        expect_accum[:, first * tile * hdim : (first + unvisited) * tile * hdim] = 0.0
+    assert torch.equal(counts, expect_counts)
+    assert torch.equal(torch.isnan(accum), torch.isnan(expect_accum)) and not accum[~torch.isnan(accum)].any()
+    assert not banded or (expect_counts == 0).any()  # the band holds launched sequences
+    assert not causal or (~torch.isnan(expect_accum)).sum() > (lq[lk == 0].sum() * heads * hdim)  # 130 vs 1
+
+
+def test_the_dq_warp_stores_first_and_adds_after_the_store_landed(backward_ptx):
+    """The backward's dQ warp (bwd.py `_dQaccum_first_touch`), in the PTX of the one-tile grid and the persistent
+    walk: one `atom.add` on the query tile's counter; the first key tile copies its dQ chunks with plain bulk
+    stores, waits for them to complete in global memory (`cp.async.bulk.wait_group 0`, not `.read`) and only then
+    releases the DQ_STORED mark (`red.release`); the others spin on an acquire load before their reduce-adds."""
+    for kind in ("GRID", "PERSISTENT"):
+        lines = [" ".join(ln.split()) for ln in Path(backward_ptx[kind]).read_text().splitlines()]
+
+        def at(prefix, lines=lines):
+            return [i for i, ln in enumerate(lines) if ln.startswith(prefix)]
+
+        atoms, stores = at("atom.relaxed.gpu.global.add.s32"), at("cp.async.bulk.global.shared::cta.bulk_group")
+        adds, acquires = at("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"), at("ld.global.acquire.gpu")
+        releases = at("red.release.gpu.global.add.s32")
+        assert len(atoms) == 1 and len(releases) == 1 and stores and adds and acquires, kind
+        assert len(stores) == len(adds), kind  # each dQ chunk either way
+        full_waits = [i for i in at("cp.async.bulk.wait_group ") if lines[i] == "cp.async.bulk.wait_group 0;"]
+        assert any(max(stores) < i < releases[0] for i in full_waits), kind
+        assert atoms[0] < min(stores) and min(acquires) < min(adds), kind
+        # the counters were zeroed by the launch before (a programmatic dependent: FA4's use_pdl): this warp waits
+        # for that grid before its first add; and a proxy fence between the acquire and the async-proxy reduce-add
+        assert any(i < atoms[0] for i in at("griddepcontrol.wait")), kind
+        fences = at("fence.proxy.async.global")
+        assert fences and all(any(max(acquires) < f < a for f in fences) for a in adds if a > max(acquires)), kind
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("persistent", [False, True], ids=["grid", "persistent"])
+def test_key_tiles_racing_for_a_query_tile_each_add_exactly_once(poisoned, persistent):
+    """Cross-attention with up to 40 key tiles per query tile (keys to 5000), so the first-touch protocol runs under
+    contention: every dQ matches the fp32 reference (a key tile lost to a store landing after an add misses one
+    40th of the sum; an add onto the poisoned accumulator is NaN) — five calls, and a banded launch keeps the
+    other band's rows. GQA, queries without keys, and sequences of one query tile among them."""
+    from kernels.gdpa.bands import Band
+    from kernels.gdpa.hopper import launch
+    from kernels.reference import reference_outputs
+    from kernels.registry import CaseSpec
+
+    rng = np.random.default_rng(11)
+    lq = np.concatenate([rng.integers(1, 300, 60), [0, 1, 64, 65, 129, 200]])
+    lk = np.concatenate([rng.integers(2000, 5000, 60), [4000, 0, 5000, 128, 0, 1]])
+    for hkv in (4, 2):
+        batch = _batch(lq, lk, 4, hkv, 128, torch.bfloat16, seed=12 + hkv)
+        spec = CaseSpec(mode="bwd", activation="fast_gelu", alpha=0.9, qk_scale=1.1)
+        _, ref_grads = reference_outputs(batch, spec, "gdpa", dtype=torch.float32, grads=True)
+        call = _batch_call(batch, batch.max_q, batch.max_kv, "fast_gelu", 0.9, 1.1, False)
+        seq = torch.repeat_interleave(torch.arange(len(lq)), torch.as_tensor(lq)).to(batch.q.device)
+        for _ in range(5):
+            grads = launch.backward(call, batch.dout, persistent=persistent)
+            for name, got, ref in zip(("dq", "dk", "dv"), grads, ref_grads, strict=True):
+                assert _relerr(got, ref) <= 3e-3, (name, hkv)
+            # per sequence: a lost key tile is ~1/40 of one sequence's dQ, diluted to noise over the whole batch
+            dq, ref_dq = grads[0].float(), ref_grads[0]
+            worst = max(_relerr(dq[seq == b], ref_dq[seq == b]) for b in range(len(lq)) if lq[b] and lk[b])
+            assert worst <= 1e-2, (worst, hkv)
+        band = Band(100)
+        out = tuple(torch.full_like(t, math.nan) for t in (batch.q, batch.k, batch.v))
+        dq = launch.backward(call, batch.dout, band, out=out, persistent=persistent)[0]
+        rows = torch.repeat_interleave(torch.as_tensor(np.minimum(lq, lk)), torch.as_tensor(lq)).to(dq.device)
+        inside = rows >= band.lo
+        assert torch.isnan(dq[~inside]).all() and _relerr(dq[inside].float(), ref_grads[0][inside]) <= 3e-3
 
 
 @gpu

@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 
 from results.files import SCHEMA, ResultsError, ResultsWriter, atomic_write, csv_frame, flatten_case, read_results
-from results.power_csv import POWER_COLUMNS, TIMELINE_GAP_S, append_timeline, power_csv_text, read_power
+from results.power_csv import (
+    POWER_COLUMNS,
+    TIMELINE_GAP_S,
+    PowerTimeline,
+    append_timeline,
+    power_csv_text,
+    read_power,
+)
 
 
 def frame(rows):
@@ -44,6 +51,47 @@ def test_timeline_segments_start_one_gap_after_each_gpus_last_sample():
     first = append_timeline(None, new)
     assert first["time_s"].astype(float).tolist() == [0.0, 0.5, 0.25]
     assert list(out.columns) == list(POWER_COLUMNS)
+
+
+def _samples(times, case, gpu=0):
+    return [dict(zip(POWER_COLUMNS, (t, gpu, 500.0, 1755, 3201, 60, [], case), strict=True)) for t in times]
+
+
+def test_the_timeline_appends_each_cases_samples_and_keeps_one_header(tmp_path):
+    path = tmp_path / "power.csv"
+    path.write_text("time_s,gpu_index\n9.0,0\n")  # not a resume: an old file is started afresh
+    timeline = PowerTimeline(path, resume=False)
+    timeline.append([])
+    assert path.read_text() == "time_s,gpu_index\n9.0,0\n"  # nothing to write writes nothing
+    timeline.append(_samples([0.0, 0.1], "a"))
+    timeline.append(_samples([0.2], "b,with a comma"))
+    assert timeline.appended == 3
+    assert path.read_text().count("time_s") == 1
+    df = read_power(path)
+    assert df["time_s"].tolist() == [0.0, 0.1, 0.2]
+    assert df["case_id"].tolist() == ["a", "a", "b,with a comma"]
+
+
+def test_a_resumed_timeline_starts_one_gap_after_the_file_and_cuts_a_half_written_row(tmp_path):
+    path = tmp_path / "power.csv"
+    PowerTimeline(path, resume=False).append(_samples([0.0, 2.0], "a"))
+    with open(path, "a") as f:
+        f.write("2.5,0,51")  # a process killed in the middle of a row
+    resumed = PowerTimeline(path, resume=True)
+    resumed.append(_samples([0.0, 0.5], "b"))
+    resumed.append(_samples([1.0], "c"))  # every segment of one process keeps the same offset
+    df = read_power(path)
+    assert df["time_s"].tolist() == [0.0, 2.0, 2.0 + TIMELINE_GAP_S, 2.5 + TIMELINE_GAP_S, 3.0 + TIMELINE_GAP_S]
+    assert df["case_id"].tolist() == ["a", "a", "b", "b", "c"]
+    assert len(path.read_text().splitlines()) == 6  # the header and five whole rows
+
+
+def test_a_timeline_that_cannot_be_written_is_one_line_naming_the_file(tmp_path):
+    from results.files import ResultsWriteError
+
+    path = tmp_path / "gone" / "power.csv"
+    with pytest.raises(ResultsWriteError, match=r"power\.csv"):
+        PowerTimeline(path, resume=False).append(_samples([0.0], "a"))
 
 
 def test_power_csv_round_trip(tmp_path):

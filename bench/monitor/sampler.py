@@ -247,11 +247,11 @@ class PowerMonitor:
         self._pull()
         return len(self._t)
 
-    def samples(self) -> list[dict]:
-        """Every sample so far (a copy). ``reasons`` is None where the reason read failed."""
+    def samples(self, start: int = 0) -> list[dict]:
+        """The samples so far from index `start` on (a copy). ``reasons`` is None where the reason read failed."""
         self._pull()
         with self._lock:
-            return [self._sample_dict(i) for i in range(len(self._t))]
+            return [self._sample_dict(i) for i in range(start, len(self._t))]
 
     def window(self, start: int, stop: int | None = None) -> dict:
         """Samples `start:stop` as parallel lists (None = not read): times_s (monotonic, the power

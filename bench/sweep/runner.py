@@ -15,14 +15,12 @@ worker process does that by itself).
 from __future__ import annotations
 
 import gc
-import io
 import time
 import traceback
 from datetime import datetime, timezone
 from itertools import groupby
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from bench.case.calibrate import calibrate_copy, calibrate_gemm
@@ -44,8 +42,8 @@ from bench.sweep import environments
 from bench.sweep.progress import Progress, format_rate
 from bench.sweep.signals import interrupts
 from kernels.registry import Provider, get_provider
-from results.files import ResultsWriteError, ResultsWriter, atomic_write, read_results
-from results.power_csv import append_timeline, power_csv_text, read_power_text
+from results.files import ResultsWriteError, ResultsWriter, read_results
+from results.power_csv import PowerTimeline
 from results.record import new_case_record, timing_fields
 from support.text import one_line
 from workloads import length_stats
@@ -82,6 +80,7 @@ class Runner:
         self.providers: dict[str, Provider] = {}  # one instance per label for the whole run
         self._availability: dict[str, str | None] = {}
         self.monitor = None
+        self.timeline: PowerTimeline | None = None  # power.csv, from the first recorded case on
         existing = read_results(self.run_dir) if resume and (self.run_dir / "results.json").exists() else None
         meta = self.meta()
         if environment is not None and existing is not None:
@@ -420,8 +419,7 @@ class Runner:
             if self.monitor is not None:
                 try:
                     self.monitor.stop()
-                    if len(self.monitor):  # no power.csv from a monitor that never sampled (no NVML)
-                        self._write_power()
+                    self._write_power()  # none from a monitor that never sampled (no NVML)
                     if self.monitor.error:
                         self.writer.update_meta(monitor={**self.monitor.info(), "error": self.monitor.error})
                 finally:
@@ -458,6 +456,7 @@ class Runner:
             if self.monitor is not None:
                 self.monitor.end_case()
             self.writer.add_case(rec)
+            self._write_power()  # the timeline of every recorded case survives this process (a hang's kill)
             self.phase(case.id, RECORDED)
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
             self.progress.finished(case_line(rec), counts)
@@ -469,14 +468,12 @@ class Runner:
         _free(self.device)
 
     def _write_power(self) -> None:
-        """power.csv; a resumed run's timeline is stitched after the earlier one's (results.power_csv)."""
-        path = self.run_dir / "power.csv"
-        text = power_csv_text(self.monitor.samples())
-        old = read_power_text(path) if self.resume else None
-        if old is not None and len(old):
-            new = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-            text = append_timeline(old, new).to_csv(index=False)
-        atomic_write(path, text)
+        """power.csv up to now: the samples since the last write appended (results.power_csv.PowerTimeline)."""
+        if self.monitor is None:
+            return
+        if self.timeline is None:
+            self.timeline = PowerTimeline(self.run_dir / "power.csv", self.resume)
+        self.timeline.append(self.monitor.samples(self.timeline.appended))
 
     def _write_parquet(self) -> None:
         try:

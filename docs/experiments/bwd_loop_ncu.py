@@ -156,9 +156,12 @@ def where_stalled(ncu: str, rep: Path, tag: str, kernel: str, out: Path, top: in
     page = subprocess.run(cmd, capture_output=True, text=True)
     with gzip.open(out / f"bwd_loop_sass_{tag}.csv.gz", "wt") as fh:
         fh.write(page.stdout)
+    # the page opens with a "Kernel Name" line before its header ("Address", "Source", ...), and ncu ends each
+    # row with a comma, which csv reads as a last column named None
     lines = [ln for ln in page.stdout.splitlines() if ln.startswith('"')]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines)))) if lines else []
-    stall = next((c for c in (rows[0] if rows else {}) if c.startswith("Warp Stall Sampling (All")), None)
+    head = next((i for i, ln in enumerate(lines) if ln.startswith('"Address"')), None)
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[head:])))) if head is not None else []
+    stall = next((c for c in (rows[0] if rows else {}) if c and c.startswith("Warp Stall Sampling (All")), None)
     if not rows or stall is None:
         print(f"\n{tag}: no per-instruction stall samples ({page.stderr.strip()[-300:] or 'empty source page'})")
         return

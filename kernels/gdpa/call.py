@@ -11,6 +11,14 @@ from dataclasses import dataclass
 import torch
 
 
+def same_offsets(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """One offsets tensor passed twice (the same object, or views of the same storage, shape and strides):
+    self-attention, told without reading the GPU."""
+    return a is b or (
+        a.device == b.device and a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+    )
+
+
 @dataclass(frozen=True)
 class GDPACall:
     """q `[ΣLq, H, D]`, k/v `[ΣLk, Hkv, D]`, int32 offsets `[B+1]` and the math of one call."""
@@ -59,10 +67,7 @@ class GDPACall:
     def self_attention(self) -> bool:
         """True where queries and keys share one offsets tensor, so Lq == Lk for every sequence. Decided
         by identity (the same storage), never by comparing values, which would read the GPU."""
-        a, b = self.q_offsets, self.kv_offsets
-        return a is b or (
-            a.device == b.device and a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-        )
+        return same_offsets(self.q_offsets, self.kv_offsets)
 
     @property
     def math(self) -> tuple:

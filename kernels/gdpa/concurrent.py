@@ -46,10 +46,14 @@ def run_concurrently(device: torch.device, launches: Sequence[Callable[[], objec
     every side stream. Order them heaviest first: the first launched takes the SMs first."""
     main = torch.cuda.current_stream(device)
     sides = side_streams(device, len(launches) - 1)
-    for side, launch in zip(sides, launches[:-1], strict=True):
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            launch()
-    launches[-1]()
-    for side in sides:
-        main.wait_stream(side)
+    try:
+        for side, launch in zip(sides, launches[:-1], strict=True):
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                launch()
+        launches[-1]()
+    finally:
+        # joined even when a stage raised: a side stream's kernels may still write outputs the caller's stream
+        # frees with the error, and a later allocation there would be overwritten (the op-entry review)
+        for side in sides:
+            main.wait_stream(side)

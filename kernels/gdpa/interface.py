@@ -20,7 +20,7 @@ import torch
 
 from kernels.activations import ACTIVATION_NAMES
 from kernels.gdpa import backends, choice, concurrent, launch, plan
-from kernels.gdpa.call import GDPACall
+from kernels.gdpa.call import GDPACall, same_offsets
 from kernels.gdpa.options import GDPAOptions
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
@@ -46,29 +46,32 @@ def _stage(mode: str, call: GDPACall, options: GDPAOptions, stage, record: dict 
 
 
 def _launch(mode: str, call: GDPACall, options: GDPAOptions, stages, record: dict | None, do=None):
-    with _on_device_of(call.q):
-        if len(stages) == 1 or not options.concurrent_stages or not concurrent.applies(call.q.device):
-            result = None
-            for stage in stages:
-                result = _stage(mode, call, options, stage, record, do, result)
-            return result
-        # every stage writes its band's rows of one set of outputs, made here: concurrent.py
-        out = launch.new_output(call.q) if mode == "fwd" else tuple(map(launch.new_output, (call.q, call.k, call.v)))
-        heaviest_first = [  # the top band holds the longest sequences: the most work per sequence
-            functools.partial(_stage, mode, call, options, stage, record, do, out) for stage in reversed(stages)
-        ]
-        concurrent.run_concurrently(call.q.device, heaviest_first)
-        return out
+    """Run `stages`; the caller (run_pass) has made the inputs' device the current one."""
+    if len(stages) == 1 or not options.concurrent_stages or not concurrent.applies(call.q.device):
+        result = None
+        for stage in stages:
+            result = _stage(mode, call, options, stage, record, do, result)
+        return result
+    # every stage writes its band's rows of one set of outputs, made here: concurrent.py
+    out = launch.new_output(call.q) if mode == "fwd" else tuple(map(launch.new_output, (call.q, call.k, call.v)))
+    heaviest_first = [  # the top band holds the longest sequences: the most work per sequence
+        functools.partial(_stage, mode, call, options, stage, record, do, out) for stage in reversed(stages)
+    ]
+    concurrent.run_concurrently(call.q.device, heaviest_first)
+    return out
 
 
 def run_pass(mode: str, call: GDPACall, options: GDPAOptions, record: dict | None, do=None):
     """Run one pass ("fwd": out; "bwd": (dq, dk, dv)) as its plan says — pinned, or for backend="auto" the
     fastest candidate of plan.candidates, measured once per shape class (choice.py): each stage's backend
     over its band, all writing into one set of outputs."""
-    stages, measured = choice.plan_for(mode, call, options, lambda s: _launch(mode, call, options, s, None, do))
-    if record is not None:
-        record.setdefault("dispatch", {})[mode] = plan.record(stages, measured)
-    return _launch(mode, call, options, stages, record, do)
+    # on the inputs' device: auto's timing records events on, and syncs, the current device (cuda:1 inputs timed
+    # against device 0's idle stream chose a plan by host noise and cached it; the op-entry review, 2026-12-05)
+    with _on_device_of(call.q):
+        stages, measured = choice.plan_for(mode, call, options, lambda s: _launch(mode, call, options, s, None, do))
+        if record is not None:
+            record.setdefault("dispatch", {})[mode] = plan.record(stages, measured)
+        return _launch(mode, call, options, stages, record, do)
 
 
 class _GDPAFunction(torch.autograd.Function):
@@ -172,6 +175,20 @@ def check_offsets(q, k, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, ca
         _fail("causal=True needs self-attention (q_offsets == kv_offsets)")
 
 
+def _eager_under_compile():
+    """`gdpa` with TorchDynamo off, made on the first traced call: under torch.compile Dynamo traced into the
+    launches and the forward's output came back unwritten (the op-entry review, 2026-12-05, on the H200), so a
+    compiled model calls the op as eager code does (a graph break). Made lazily, not by decorating `gdpa`:
+    `torch.compiler.disable` imports torch._dynamo, 1.4 s more for every process that imports the op."""
+    global _EAGER
+    if _EAGER is None:
+        _EAGER = torch.compiler.disable(gdpa, recursive=True)
+    return _EAGER
+
+
+_EAGER = None
+
+
 def gdpa(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -216,6 +233,11 @@ def gdpa(
     Returns:
         `[ΣLq, H, D]` in q's dtype. Zero-length sequences are legal and produce nothing.
     """
+    if torch.compiler.is_compiling():  # a flag read (torch.compiler's own): no cost to eager calls
+        return _eager_under_compile()(
+            q, k, v, q_offsets, kv_offsets, max_seq_len_q, max_seq_len_kv, activation=activation, alpha=alpha,
+            qk_scale=qk_scale, causal=causal, options=options, validate=validate, record=record,
+        )  # fmt: skip
     if validate not in VALIDATE:
         raise ValueError(
             f"gdpa: validate={validate!r}; allowed: "
@@ -236,7 +258,10 @@ def gdpa(
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     # the kernels read offsets[b] at offsets + b: a strided view (a column of a [B+1, 2] table) would read
     # other entries, silently (issue 30's review: wrong outputs, reads past the rows)
-    q_offsets, kv_offsets = (t if t.stride(0) == 1 else t.contiguous() for t in (q_offsets, kv_offsets))
+    # (one copy when both are the same view: the op tells self-attention by the offsets' identity)
+    same = same_offsets(q_offsets, kv_offsets)
+    q_offsets = q_offsets if q_offsets.stride(0) == 1 else q_offsets.contiguous()
+    kv_offsets = q_offsets if same else kv_offsets if kv_offsets.stride(0) == 1 else kv_offsets.contiguous()
     facts = (int(max_seq_len_q), int(max_seq_len_kv), activation, float(alpha), float(qk_scale), bool(causal))
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # no graph to record: the forward alone, without autograd.Function's ~25 µs of host time per call

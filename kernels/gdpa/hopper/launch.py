@@ -13,7 +13,7 @@ import functools
 
 import cutlass.cute as cute
 import torch
-from cutlass import Float32
+from cutlass import Float32, Int32
 from flash_attn.cute.flash_bwd_postprocess import FlashAttentionBackwardPostprocess
 from flash_attn.cute.interface import BwdConfig
 from flash_attn.cute.utils import AuxData
@@ -22,7 +22,7 @@ from quack.compile_utils import make_fake_tensor
 from kernels.gdpa.bands import WHOLE, Band, used_lengths
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.hopper import activations
-from kernels.gdpa.hopper.accumulators import zeros_for_band
+from kernels.gdpa.hopper.accumulators import first_touch_dq, zeros_for_band
 from kernels.gdpa.hopper.bwd import GDPABackwardSm90, GDPABackwardSm90Persistent
 from kernels.gdpa.hopper.cache import (
     COMPILE_SECONDS,
@@ -225,12 +225,13 @@ def _compile_backward_kernel(kernel, dtype, head_dim: int, groups: int, banded: 
     sym = cute.sym_int
     total_q, total_k, h, b1 = sym(), sym(), sym(), sym()
     h_kv = sym() if groups > 1 else h
-    q_rows_padded, q_accum, k_accum = sym(), sym(), sym()
+    q_rows_padded, q_accum, k_accum, q_tiles = sym(), sym(), sym(), sym()
     div = 128 // dtype.width
     q, do = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
     k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
     row_stats = make_fake_tensor(Float32, (h, q_rows_padded), divisibility=4)
     dq_accum = make_fake_tensor(Float32, (h, q_accum), divisibility=4)
+    dq_tile_counts = make_fake_tensor(Int32, (h, q_tiles), divisibility=1)  # FA4's mdQ_semaphore slot: bwd.py
     if groups > 1:  # several query heads add into one dK, dV: fp32 accumulators + postprocess
         dk, dv = (make_fake_tensor(Float32, (h_kv, k_accum), divisibility=4) for _ in range(2))
     else:
@@ -250,7 +251,7 @@ def _compile_backward_kernel(kernel, dtype, head_dim: int, groups: int, banded: 
         *_fake_varlen(b1, banded),
         None,
         None,
-        None,
+        dq_tile_counts,
         None,
         None,
         AuxData(),
@@ -361,8 +362,11 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
     q_offsets, kv_offsets = call.q_offsets, call.kv_offsets
     with torch.cuda.device(q.device):
         used_q, used_k = _band_vectors(call, band)
-        # zeros over the band's tiles only (accumulators.py): the rest is never written nor read
-        dq_accum = zeros_for_band(heads, q_rows, hdim_r, q_offsets, used_q, tile_m, int(call.max_q))
+        # no zeros: the first key tile into a query tile stores there (accumulators.py, bwd.py dQaccum_store)
+        used = (used_q, used_k)
+        dq_accum, dq_tile_counts = first_touch_dq(
+            heads, q_rows, hdim_r, q_offsets, kv_offsets, used, tile_m, call.causal
+        )
         # FA4's LSE and dPsum slots (one fp32 per query row, streamed with Q and dO): alpha and qk_scale
         rows_alloc = (heads, _bucket(q_rows))
         alpha_rows = filled(q.device, rows_alloc, alpha)
@@ -396,7 +400,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
             used_k,
             None,
             None,
-            None,
+            dq_tile_counts,
             None,
             None,
             AuxData(None, None),
