@@ -228,8 +228,9 @@ def _relerr(got, ref):
     return float((got.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-# what a poisoned allocation holds: NaN, and in an int32 dQ tile counter a value past bwd.DQ_STORED (a counter the
-# launch failed to zero makes every key tile add onto the NaN instead of waiting for a store that never comes)
+# what a poisoned allocation holds: NaN, and in an int32 dQ tile counter a value past dq_first_touch.DQ_STORED (a
+# counter the launch failed to zero makes every key tile add onto the NaN instead of waiting for a store that never
+# comes)
 POISON_COUNT = 0x7FF00000
 
 
@@ -551,8 +552,8 @@ def test_dq_first_touch_zeroes_the_tile_counters_of_its_sequences_and_the_dq_no_
 
 
 def test_the_dq_warp_stores_first_and_adds_after_the_store_landed(backward_ptx):
-    """The backward's dQ warp (bwd.py `_dQaccum_first_touch`), in the PTX of the one-tile grid and the persistent
-    walk: one `atom.add` on the query tile's counter; the first key tile copies its dQ chunks with plain bulk
+    """The backward's dQ warp (dq_first_touch.py `_dQaccum_first_touch`), in the PTX of the one-tile grid and the
+    persistent walk: one `atom.add` on the query tile's counter; the first key tile copies its dQ chunks with plain bulk
     stores, waits for them to complete in global memory (`cp.async.bulk.wait_group 0`, not `.read`) and only then
     releases the DQ_STORED mark (`red.release`); the others spin on an acquire load before their reduce-adds."""
     for kind in ("GRID", "PERSISTENT"):

@@ -9,7 +9,7 @@ launch zeroes, per head and band sequence, the contiguous span of its ceil(used_
 the buffer stays as allocated (never read).
 
 dQ's accumulator is not zeroed at all (`first_touch_dq`): the backward's dQ warp stores the first key tile's dQ
-into a query tile and adds the others after that store (bwd.py `dQaccum_store`), so the ~0.1 ms memset of
+into a query tile and adds the others after that store (dq_first_touch.py), so the ~0.1 ms memset of
 0.3 GB before every production backward launch (docs/example-h200-production's kernel breakdown) becomes the
 zeroing of one int32 a tile — the count of key tiles that reached it — and of the dQ tiles no key tile reaches
 (a band sequence with queries and no keys: its dQ is 0).
@@ -102,7 +102,7 @@ def first_touch_dq(
     causal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dQ's [heads, rows · hdim] fp32 accumulator, unwritten, and its [heads, rows / tile] int32 tile counters
-    (bwd.py `dQaccum_store`), zeroed over the tiles of the launch's sequences (`used`: FA4's seqused vectors of
+    (dq_first_touch.py), zeroed over the tiles of the launch's sequences (`used`: FA4's seqused vectors of
     a band launch, or (None, None) for the whole batch); the accumulator's tiles no key tile reaches are zeroed
     too (a sequence with queries and no keys; `causal`, the query blocks before key tile 0's first). One launch,
     one program a sequence, nothing read back."""

@@ -13,7 +13,7 @@ with the same GEMM order, pipeline waits/releases, named barriers and dQ hand-of
 softmax_scale to dK (epilogue) and dQ (postprocess); launch.py passes alpha*qk_scale there, so dS carries
 neither scale. No LSE and no dPsum: FA4's load warp still streams those slots (one fp32 per query row, with
 Q and dO), and they carry alpha and qk_scale instead (cached constant tensors, launch.py). FA4's preprocess
-kernel zeroes the dQ accumulator for its reduce-adds; here nothing does (`dQaccum_store`, first-touch: the first
+kernel zeroes the dQ accumulator for its reduce-adds; here nothing does (dq_first_touch.py, first-touch: the first
 key tile to reach a query tile stores its dQ there, the others add once that store has landed), so what is left
 of a preprocess is the zeroing of one int32 counter a query tile (accumulators.first_touch_dq).
 
@@ -46,36 +46,15 @@ from functools import partial
 import cutlass
 import cutlass.cute as cute
 from cutlass import Boolean, Float32, Int32, const_expr
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import warpgroup
-from cutlass.cutlass_dsl import T, dsl_user_op
-from flash_attn.cute import barrier as fa4_barrier
 from flash_attn.cute import utils
 from flash_attn.cute.flash_bwd_sm90 import FlashAttentionBackwardSm90
 from flash_attn.cute.named_barrier import NamedBarrierBwd
 from quack import copy_utils, layout_utils
 
 from kernels.gdpa.hopper.activations import Activation
+from kernels.gdpa.hopper.dq_first_touch import FirstTouchDQ
 from kernels.gdpa.hopper.persistent_bwd import PersistentBackwardMixin
-
-# A dQ tile's counter (accumulators.first_touch_dq) once the first key tile's store into it has landed; below it,
-# the number of key tiles that have arrived
-DQ_STORED = 1 << 20
-
-
-@dsl_user_op
-def _atomic_add(ptr: cute.Pointer, val: Int32, *, loc=None, ip=None) -> Int32:
-    """`atom.add` on a global int32 (relaxed, GPU scope): the value before the add."""
-    old = llvm.inline_asm(
-        T.i32(),
-        [ptr.toint(loc=loc, ip=ip).ir_value(), Int32(val).ir_value(loc=loc, ip=ip)],
-        "atom.relaxed.gpu.global.add.s32 $0, [$1], $2;",
-        "=r,l,r",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-    return Int32(old)
 
 
 def _fa4_mask_parts(mask_fn):
@@ -102,7 +81,7 @@ def m_block_range(seqlen_q, seqlen_k, n_block, tile_m: int, tile_n: int, causal:
     return m_block_min, m_block_max
 
 
-class GDPABackwardSm90(FlashAttentionBackwardSm90):
+class GDPABackwardSm90(FirstTouchDQ, FlashAttentionBackwardSm90):
     def __init__(
         self,
         dtype,
@@ -432,91 +411,6 @@ class GDPABackwardSm90(FlashAttentionBackwardSm90):
         consumer_state_Q.advance()
         consumer_state_dO.advance()
         return consumer_state_Q, consumer_state_dO
-
-    def dQaccum_store(
-        self,
-        mdQaccum,
-        sdQaccum,
-        block_info,
-        TileSchedulerCls,
-        SeqlenInfoCls,
-        blocksparse_tensors=None,
-        mdQ_semaphore=None,
-    ):
-        """The dQ warp: FA4's (a bulk reduce-add of every query block's dQ into an accumulator of zeros), or, with
-        the tile counters launch.py passes in FA4's `mdQ_semaphore` slot, first-touch (`_dQaccum_first_touch`)."""
-        args = (mdQaccum, sdQaccum, block_info, TileSchedulerCls, SeqlenInfoCls)
-        if mdQ_semaphore is None:
-            return super().dQaccum_store(*args, blocksparse_tensors, mdQ_semaphore)
-        assert self.is_varlen_q and not (self.deterministic or self.use_block_sparsity), "first-touch dQ: varlen"
-        return self._dQaccum_first_touch(*args, mdQ_semaphore)
-
-    @cute.jit
-    def _dQaccum_first_touch(
-        self,
-        mdQaccum: cute.Tensor,
-        sdQaccum: cute.Tensor,
-        block_info,
-        TileSchedulerCls: cutlass.Constexpr[Callable],
-        SeqlenInfoCls: cutlass.Constexpr[Callable],
-        mCount: cute.Tensor,
-    ):
-        """FA4's dQ warp loop (the same hand-offs with the MMA warpgroups, per query block and dQ chunk), where
-        each query tile's counter (mCount[head, tile of FA4's padded layout], zeroed by the launch) decides how
-        the block's dQ reaches the accumulator: the key tile that arrives first stores it, waits for the store to
-        land and marks the counter DQ_STORED (release); every later one waits for that mark (acquire) and adds.
-        So the accumulator holds no zeros to begin with (FA4's deterministic mode orders its adds the same way,
-        by a counter per tile: flash_attn.cute.barrier). One lane does the counting and the copies."""
-        # FA4 launches this kernel as a programmatic dependent of the one before (use_pdl): only its load warp waits
-        # for that grid (griddepcontrol.wait), and this warp's first counter add could pass the zeroing launch's
-        # stores (a review found it, 2026-12-06)
-        cute.arch.griddepcontrol_wait()
-        lane = cute.arch.lane_idx()
-        chunks = self.num_wg_dQ
-        sync_threads = self.num_threads_per_warp_group + cute.arch.WARP_SIZE
-        tile_scheduler = TileSchedulerCls()
-        work_tile = tile_scheduler.initial_work_tile_info()
-        while work_tile.is_valid_tile:
-            n_block, head_idx, batch_idx, _ = work_tile.tile_idx
-            seqlen = SeqlenInfoCls(batch_idx)
-            gdQaccum = cute.local_tile(
-                cute.domain_offset((seqlen.padded_offset_q * self.tile_hdim,), mdQaccum[None, head_idx]),
-                (cute.make_layout((self.tile_m * self.tile_hdim // chunks, chunks)),),
-                (None,),
-            )
-            counters = mCount[head_idx, None].iterator + seqlen.padded_offset_q // self.tile_m
-            m_block_min, m_block_max = block_info.get_m_block_min_max(seqlen, n_block)
-            for m_block in cutlass.range(m_block_min, m_block_max, unroll=1):
-                for wg in cutlass.range_constexpr(chunks):
-                    cute.arch.cp_async_bulk_wait_group(chunks - 1 - wg, read=True)  # the last block's copies read
-                    empty = int(NamedBarrierBwd.dQEmptyWG0) + wg
-                    cute.arch.barrier_arrive(barrier_id=empty, number_of_threads=sync_threads)
-                counter = counters + m_block
-                arrived = Int32(1)
-                if lane == 0:
-                    arrived = _atomic_add(counter, Int32(1))  # 0: no key tile reached this query tile before
-                for wg in cutlass.range_constexpr(chunks):
-                    cute.arch.barrier(barrier_id=int(NamedBarrierBwd.dQFullWG0) + wg, number_of_threads=sync_threads)
-                    if lane == 0:
-                        src, dst = sdQaccum[None, wg].iterator, gdQaccum[(None, wg), m_block].iterator
-                        if arrived == 0:
-                            copy_utils.cpasync_bulk_s2g(src, dst, self.tma_copy_bytes["dQ"])
-                        else:
-                            if const_expr(wg == 0):
-                                stored = fa4_barrier.ld_acquire(counter)
-                                while stored < DQ_STORED:
-                                    stored = fa4_barrier.ld_acquire(counter)
-                                # the acquire orders generic-proxy accesses; the reduce-add is an async-proxy one
-                                cute.arch.fence_proxy("async.global")
-                            copy_utils.cpasync_reduce_bulk_add_f32(src, dst, self.tma_copy_bytes["dQ"])
-                    cute.arch.cp_async_bulk_commit_group()
-                if lane == 0:
-                    if arrived == 0:
-                        cute.arch.cp_async_bulk_wait_group(0, read=False)  # the stores landed in global memory
-                        fa4_barrier.red_release(counter, DQ_STORED)
-            tile_scheduler.advance_to_next_work()
-            work_tile = tile_scheduler.get_current_work()
-        cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     def mma(self, *args, **kwargs):
         """FA4's `mma()`; its softmax_scale argument (a kernel argument, so valid anywhere in the kernel) is kept

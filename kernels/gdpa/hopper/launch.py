@@ -362,7 +362,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
     q_offsets, kv_offsets = call.q_offsets, call.kv_offsets
     with torch.cuda.device(q.device):
         used_q, used_k = _band_vectors(call, band)
-        # no zeros: the first key tile into a query tile stores there (accumulators.py, bwd.py dQaccum_store)
+        # no zeros: the first key tile into a query tile stores there (accumulators.py, dq_first_touch.py)
         used = (used_q, used_k)
         dq_accum, dq_tile_counts = first_touch_dq(
             heads, q_rows, hdim_r, q_offsets, kv_offsets, used, tile_m, call.causal
