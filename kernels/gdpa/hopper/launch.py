@@ -231,7 +231,8 @@ def _compile_backward_kernel(kernel, dtype, head_dim: int, groups: int, banded: 
     k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
     row_stats = make_fake_tensor(Float32, (h, q_rows_padded), divisibility=4)
     dq_accum = make_fake_tensor(Float32, (h, q_accum), divisibility=4)
-    dq_tile_counts = make_fake_tensor(Int32, (h, q_tiles), divisibility=1)  # FA4's mdQ_semaphore slot: bwd.py
+    # the first-touch counters ride in FA4's mdQ_semaphore slot (dq_first_touch.py)
+    dq_tile_counts = make_fake_tensor(Int32, (h, q_tiles), divisibility=1)
     if groups > 1:  # several query heads add into one dK, dV: fp32 accumulators + postprocess
         dk, dv = (make_fake_tensor(Float32, (h_kv, k_accum), divisibility=4) for _ in range(2))
     else:
