@@ -101,7 +101,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("drift_p", "", "timer", "Mann-Whitney U, first vs last tenth", "the drift's p-value", fmt="sci"),
     Metric("chunk_clocks", "MHz", "monitor", "", "[samples so far, SM clock] read at each of the timer's chunks "
       "(empty: not read per chunk): the clock each sample ran near", kind="list"),
-    Metric("sm_clock_mhz", "MHz", "monitor", "median SM clock read between the samples' chunks",
+    Metric("sm_clock_mhz", "MHz", "monitor", "median sample's clock, between the readings after each chunk",
       "the clock the samples ran at (compare normalises by it); null without the monitor"),
     Metric("sm_mcycles", "M cycles", "frame", "median_ms · sm_clock_mhz / 1000", "SM cycles a call: at a binding "
       "power cap the clock is what a kernel's power per cycle leaves it, so time follows energy and this tells the "
@@ -213,9 +213,9 @@ METRICS: tuple[Metric, ...] = (
       header="FLOP/B", derive=lambda df, meta: derived.rows_map(df, lambda r: intensity(r["flops"], r["min_bytes"]))),
     Metric("error", "", "runner", "", "null, or why the case is not ok (one line)", kind="text", shown=("cases",),
       header="error"),
-    Metric("monitor_overhead", "", "overhead check", "", "the case timed again with the sampler stopped", kind="block",
+    Metric("monitor_overhead", "", "overhead check", "", "the case timed with the sampler on, off, on", kind="block",
       optional=True),
-    Metric("monitor_overhead.median_ms_with", "ms", "overhead check", "", "median with the sampler on"),
+    Metric("monitor_overhead.median_ms_with", "ms", "overhead check", "", "mean of the two medians with it on"),
     Metric("monitor_overhead.median_ms_without", "ms", "overhead check", "", "median with it stopped"),
     Metric("monitor_overhead.overhead", "fraction", "overhead check", "with / without − 1", "what monitoring costs"),
     # Where the time goes (docs/DESIGN.md §5): the kernels of a call, Nsight Compute per kernel, the length bands

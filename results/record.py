@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+import numpy as np
+
 from results import metrics
 from results.drift import drift
 from results.figures import tflops, utilization
@@ -73,6 +75,21 @@ def chunk_clocks(samples: TimedSamples) -> list[list]:
     if not ends or not clocks or len(ends) != len(clocks):
         return []
     return [[int(n), None if c is None else float(c)] for n, c in zip(ends, clocks, strict=True)]
+
+
+def samples_clock(chunk_clocks: list) -> float | None:
+    """The SM clock (MHz) of the median timed sample, from the readings after each chunk ([samples so far,
+    MHz] pairs, `chunk_clocks`): each sample gets the clock interpolated between the readings around it (before
+    the first one, the first), then the median over the samples. A plain median of one reading per chunk
+    weighed the first chunk's 5 samples like the last chunk's 1,000 (a review of the measurement path,
+    2026-12-05: a window capped after 0.1 s recorded its uncapped clock, and compare normalised by it); giving
+    each chunk's samples its end reading alone leant late. None without a reading."""
+    known = [(int(n), float(c)) for n, c in chunk_clocks if c is not None and n is not None and int(n) > 0]
+    if not known:
+        return None
+    total = max(int(n) for n, _ in chunk_clocks if n is not None)
+    ends, clocks = zip(*known, strict=True)
+    return float(np.median(np.interp(np.arange(1, total + 1), ends, clocks)))
 
 
 def timing_fields(samples: TimedSamples, flops: float, peak_tflops: float | None, gemm_tflops: float | None) -> dict:

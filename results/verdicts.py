@@ -55,6 +55,7 @@ import numpy as np
 from results.checks import check_results
 from results.drift import drift
 from results.power_csv import read_power
+from results.record import samples_clock
 
 VERDICTS = ("failed", "missing", "slower", "drifting", "ambiguous", "faster", "new", "same")
 
@@ -106,7 +107,10 @@ def _clock(case: dict, timeline: dict[str, float]) -> tuple[float, str | None]:
     """(SM clock in MHz, where it came from) of a case; NaN when no source has one. First the clock of
     the timed samples themselves (`sm_clock_mhz`, runs since issue 19), then the energy loop's, then the
     run's power.csv samples tagged with the case."""
-    v = case.get("sm_clock_mhz")
+    chunks = case.get("chunk_clocks")
+    v = samples_clock(chunks) if isinstance(chunks, list) and chunks else None
+    if v is None:  # runs before the per-chunk readings (2026-12-03) or without them
+        v = case.get("sm_clock_mhz")
     if v is not None:
         return float(v), "timed"
     v = (case.get("power") or {}).get("sm_clock_mhz_median")

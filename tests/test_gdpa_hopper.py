@@ -249,7 +249,7 @@ def poisoned(monkeypatch):
     monkeypatch.setattr(accumulators, "_empty", _poisoned_empty)
 
 
-LONG_Q = [0, 1, 63, 65, 159, 160, 161, 500, 513, 640]  # against SHORT_K: max_q >= 2 max_kv (fused 80x128)
+LONG_Q = [0, 1, 63, 65, 159, 160, 161, 500, 513, 640]  # against SHORT_K: max_q >= 2 max_kv
 SHORT_K = [0, 5, 64, 128, 129, 1, 200, 256, 80, 81]
 
 
@@ -276,8 +276,8 @@ SHORT_K = [0, 5, 64, 128, 129, 1, 200, 256, 80, 81]
     ],
 )
 def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, alpha, qk, long_q):
-    """Every backward plan (launch.backward_plan) is among these: split 64x128 (head dim 128, max_q <
-    2 max_kv, and causal), fused 80x128 (long queries), fused 128x128 (head dim 64)."""
+    """Every backward plan (launch.backward_plan) is among these: split 64x128 with paired query blocks
+    (head dim 128), fused 128x128 (head dim 64)."""
     from kernels.gdpa.hopper import launch
     from kernels.reference import reference_outputs
     from kernels.registry import CaseSpec
@@ -294,7 +294,7 @@ def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, 
     for name, got, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref_out, *ref_grads), strict=True):
         assert _relerr(got, ref) <= tol, name
     assert record["hopper_fwd"]["tile"] and record["hopper_bwd"]["activation"] == activation
-    expect = "fused" if d == 64 or long_q else "split"
+    expect = "fused" if d == 64 else "split"
     assert record["hopper_bwd"]["pointwise"] == expect
     assert record["hopper_bwd"]["query_blocks_per_step"] == (2 if expect == "split" else 1)  # bwd.py pair_blocks
 

@@ -174,6 +174,98 @@ def test_each_chunks_clock_is_kept_beside_its_samples():
     assert timing_fields(Samples.of([1.0, 2.0]), 1e9, None, None)["chunk_clocks"] == []  # not read per chunk
 
 
+def _chunk_ends(call_ms: float, rep_ms: float, min_reps: int = 5, max_reps: int = 2000) -> list[int]:
+    """The timer's chunk ends for calls of `call_ms` (bench.case.timing.chunk_size, as time_cuda takes them)."""
+    from bench.case.timing import chunk_size
+
+    times, ends = [], []
+    while n := chunk_size(times, rep_ms, min_reps, max_reps):
+        times += [call_ms] * n
+        ends.append(len(times))
+    return ends
+
+
+def test_the_samples_clock_is_the_median_samples_interpolated_between_readings():
+    """The clock read after each chunk, spread over the samples between readings: the median sample's clock.
+    The review's cases: 0.1 ms calls with the cap biting after 640 of 2,000 samples (a median of one reading
+    per chunk said 1980: 8 of the 10 chunks end before it), and a clock falling steadily (the chunk's end
+    reading alone for its samples said ~1500 where the median sample ran at ~1740)."""
+    from results.record import samples_clock
+
+    ends = _chunk_ends(0.1, 1000.0)
+    assert ends == [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2000]
+    step = [[n, 1980.0 if n <= 640 else 1500.0] for n in ends]
+    # the drop lies somewhere in the chunk of samples 641..1280: spread over it, the 1,000th sample at 1710
+    assert samples_clock(step) == pytest.approx(1980.0 - 480.0 * 360.5 / 640)  # samples 1,000 and 1,001
+    assert samples_clock([[n, 1980.0 if n <= 40 else 1500.0] for n in ends]) == 1500.0  # an early cap
+    falling = _chunk_ends(0.78, 1000.0)
+    total = falling[-1]
+    linear = [[n, 1980.0 - 480.0 * n / total] for n in falling]
+    assert samples_clock(linear) == pytest.approx(1740.0, abs=1.0)
+    # a chunk without a reading: interpolated over it
+    assert samples_clock([[5, 1980.0], [10, None], [20, 1500.0]]) == pytest.approx(1804.0)
+    assert samples_clock([[5, None], [10, None]]) is None
+
+
+def test_time_samples_records_the_median_samples_clock():
+    """CasePower.time_samples with the monitor's clock dropping after the 8th chunk: the median sample's clock
+    recorded (~1710; 1980, the readings' plain median, before)."""
+    from bench.case.timing import Samples
+
+    mon, _ = make([CONST], cycle=True)
+    ends = _chunk_ends(0.1, 1000.0)
+    readings = iter([{"sm_clock_mhz": 1980.0 if n <= 640 else 1500.0} for n in ends])
+    mon.sample_now = lambda: next(readings)
+
+    def timer(fn, between=None):
+        for _ in ends:
+            between()
+        return Samples.of([0.1] * ends[-1], chunk_ends=ends)
+
+    power = CasePower(mon, Power(), timer=timer, sync=lambda: None)
+    mon.start()
+    try:
+        samples, clock = power.time_samples(lambda: None)
+    finally:
+        mon.stop()
+    assert clock == pytest.approx(1710.0, abs=1.0) and samples.chunk_clocks_mhz[7:] == [1980.0, 1500.0, 1500.0]
+
+
+def test_the_overhead_check_times_with_the_sampler_running():
+    """`power.overhead_check` with the samples taken paused: "with" is timed again while the sampler runs,
+    "without" while it is stopped (both were without it, so the check read ~0%)."""
+    from bench.case.timing import Samples
+
+    mon, _ = make([CONST], cycle=True)
+    running = []
+
+    def timer(fn, between=None):
+        running.append(mon.running)
+        fn()
+        return Samples.of([2.0 if mon.running else 1.0] * 3)
+
+    cfg = Power(overhead_check=".", energy_loop_s=0.0)
+    power = CasePower(mon, cfg, timer=timer, sync=lambda: None)
+    mon.start()
+    try:
+        rec = {"median_ms": 1.0}  # the samples, timed paused
+        power.after_samples(_case_stub(), rec, lambda: None, 1.0)
+    finally:
+        mon.stop()
+    assert running == [True, False, True]  # with, without, with again (a drifting clock cancels)
+    assert rec["monitor_overhead"] == {"median_ms_with": 2.0, "median_ms_without": 1.0, "overhead": 1.0}
+    rec = {"median_ms": 1.0}
+    power.after_samples(_case_stub(), rec, lambda: None, 1.0)  # the sampler stopped: no check, said so
+    assert rec["monitor_overhead"] == {"error": "the sampler was not running: nothing to compare"}
+
+
+def _case_stub():
+    class Case:
+        id = "set/fwd/L=8/p"
+
+    return Case()
+
+
 def test_with_pause_for_samples_off_the_sampler_runs_through_the_samples():
     mon, _ = make([CONST], cycle=True)
     running_in_calls = []

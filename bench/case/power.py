@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from bench.case.timing import Samples
 from bench.config.cases import Case
+from results.record import samples_clock
 
 
 class CasePower:
@@ -50,6 +51,7 @@ class CasePower:
             # each chunk's clock beside its samples: the power cap moves the clock inside one window (the H200,
             # 2026-12-03: 1905 -> 1575 MHz over a case's last chunk), which the median alone hides
             samples.chunk_clocks_mhz = clocks
+            return samples, samples_clock([[n, c] for n, c in zip(samples.chunk_ends, clocks, strict=True)])
         return samples, self._median([c for c in clocks if c is not None])
 
     def _clock_now(self) -> float | None:
@@ -69,18 +71,30 @@ class CasePower:
         if not self.available:
             return
         if self.cfg.overhead_check and re.search(self.cfg.overhead_check, case.id):
-            self.monitor.stop()
-            try:
-                without = self.timer(fn)
-            finally:
-                self.monitor.start()
-            rec["monitor_overhead"] = {
-                "median_ms_with": rec["median_ms"],
-                "median_ms_without": without.median_ms,
-                "overhead": rec["median_ms"] / without.median_ms - 1.0,
-            }
+            self.overhead_check(rec, fn)
         if not self.cfg.energy_loop_first:
             self.energy_loop(case, rec, fn, flops)
+
+    def overhead_check(self, rec: dict, fn: Callable) -> None:
+        """`monitor_overhead`: the case timed with the sampler running, stopped, and running again ("with" the
+        mean of the two, so a clock drifting over the three windows cancels). The samples themselves ran with it
+        paused under `pause_for_samples` (the default), so they cannot be the "with" side (the check read ~0%
+        whatever monitoring cost). A sampler that is not running leaves the check out, said in the record."""
+        if not getattr(self.monitor, "running", False):
+            rec["monitor_overhead"] = {"error": "the sampler was not running: nothing to compare"}
+            return
+        first = self.timer(fn).median_ms
+        self.monitor.stop()
+        try:
+            without = self.timer(fn).median_ms
+        finally:
+            self.monitor.start()
+        with_ms = (first + self.timer(fn).median_ms) / 2
+        rec["monitor_overhead"] = {
+            "median_ms_with": with_ms,
+            "median_ms_without": without,
+            "overhead": with_ms / without - 1.0,
+        }
 
     def energy_loop(self, case: Case, rec: dict, fn: Callable, flops: float) -> None:
         """`fn` back to back for `power.energy_loop_s` seconds under the monitor: the case's `power`."""

@@ -137,7 +137,7 @@ FIELD_DOCS: dict[str, tuple[str, Any, str]] = {
         "",
     ),
     "power.overhead_check": (
-        "Case ids matching this regex are timed again with the sampler off.",
+        "Case ids matching this regex are timed again with the sampler on, off and on.",
         "fwd/L=256/",
         "a Python regular expression",
     ),

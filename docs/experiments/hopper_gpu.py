@@ -71,7 +71,7 @@ def correctness_plan():
     plan.append(("hardswish fp16 d64", "hardswish", torch.float16, 64, 2, 2, False, edge_q, edge_k, 1.0, 0.5))
     plan.append(("fast_gelu alpha<0", "fast_gelu", torch.bfloat16, 128, 4, 4, False, edge_q, edge_k, -0.6, 1.0))
     plan.append(("relu alpha<0 causal", "relu", torch.bfloat16, 128, 4, 4, True, edge_q, edge_q, -1.0, 1.0))
-    long_q = np.array([0, 1, 63, 65, 159, 160, 161, 500, 513, 640, 700, 257])  # max_q >= 2 max_kv: fused 80x128
+    long_q = np.array([0, 1, 63, 65, 159, 160, 161, 500, 513, 640, 700, 257])  # max_q >= 2 max_kv
     short_k = np.array([0, 5, 64, 128, 129, 1, 200, 256, 3, 80, 81, 250])
     plan.append(("fast_gelu long q", "fast_gelu", torch.bfloat16, 128, 4, 4, False, long_q, short_k, 0.8, 1.1))
     plan.append(("raw long q gqa", "raw", torch.bfloat16, 128, 4, 2, False, long_q, short_k, 1.0, 1.0))

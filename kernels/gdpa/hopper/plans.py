@@ -47,14 +47,13 @@ class BackwardPlan:
 def backward_plan(head_dim: int, causal: bool, max_q: int, max_kv: int) -> BackwardPlan:
     """Tiles and pointwise schedule of the backward, by measurement (NOTES.md, H200 run 2):
     - head dim 128, causal: FA4's causal tiles (64x128), split pointwise;
-    - head dim 128, queries at least twice as long as keys (set 2, KV 256): FA4's 80x128 tiles, fused
-      pointwise — 1.04-1.10x the 64x128 split one there;
-    - head dim 128 otherwise: 64x128 tiles, split pointwise — 1.03-1.09x the 80x128 fused one on set 1
-      (80x128 split spills 21 registers and lost to both everywhere);
+    - head dim 128: 64x128 tiles, split pointwise, paired query blocks — 1.03-1.09x the 80x128 fused one on
+      set 1 (80x128 split spills 21 registers and lost to both everywhere); also where queries are at least
+      twice as long as keys, where the fused 80x128 one had won by 1.04-1.10x before query blocks were paired:
+      since pairs the split one is 1.5-6.7% faster there (short_kv, set 2; PERF.md "Long queries on the
+      split plan");
     - head dim 64: FA4's 128x128 tiles, fused (the split one spills 29 registers; not timed)."""
     if head_dim <= 64:
         return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, causal, False), False)
-    if not causal and max_q >= 2 * max_kv:
-        return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, False, False), False)
     # FA4's causal tiles = 64x128; paired query blocks (bwd.py), which serialize the fused plans' wgmmas
     return BackwardPlan(_tile_size_bwd_sm90(head_dim, head_dim, True, False), True, pairs=True)
