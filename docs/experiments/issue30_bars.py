@@ -12,7 +12,11 @@ per comparison, the failing ones marked; exit 1 when any bar fails. A failing ti
 (issue 30: "a bar that cannot be met is reported as measured, with the evidence"): each side's SM clock and
 power (energy counter), `at cap` where NVML named the software power cap through the samples, and the ratio
 in SM cycles (median × clock) — at the 700 W cap a kernel's time follows its energy per call, so a bar that
-fails in time but holds in cycles is an energy bar, not a cycle one (kernels/gdpa/PERF.md).
+fails in time but holds in cycles is an energy bar, not a cycle one (kernels/gdpa/PERF.md). Where a case's
+energy loop was too short for the counter to resolve 5% (`results.power.counter_resolves`: an H100 steps it every
+~90 ms, and 0.3 s loops read 839 W on a 700 W card), the samples' average is shown instead, marked `(samples)`.
+Each run's first line names its GPU, commit and sample window: the issue's bars are the H200's, so a run on
+another card says it is a proxy.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from results.files import read_results, results_path
+from results.power import counter_resolves
 
 # set -> (fwd bar, bwd bar): fa4 time / gdpa time
 PRODUCTION = {
@@ -67,9 +72,11 @@ def why(slow: dict | None, fast: dict | None) -> str:
 
     def side(c: dict) -> str:
         power = c.get("power") or {}
-        watts = power.get("headline_w") or power.get("avg_w")
+        watts, how = power.get("headline_w") or power.get("avg_w"), ""
+        if power.get("avg_w") and not counter_resolves(power):
+            watts, how = power["avg_w"], " (samples)"  # the counter's few steps are not a figure
         mhz = c.get("sm_clock_mhz")
-        facts = [f"{mhz:.0f} MHz" if mhz else "", f"{watts:.0f} W" if watts else ""]
+        facts = [f"{mhz:.0f} MHz" if mhz else "", f"{watts:.0f} W{how}" if watts else ""]
         facts.append("at cap" if (power.get("frac_sw_power_cap") or 0.0) >= 0.5 else "")
         return " ".join(f for f in facts if f)
 
@@ -80,6 +87,18 @@ def why(slow: dict | None, fast: dict | None) -> str:
     if slow.get("sm_clock_mhz") and fast.get("sm_clock_mhz"):
         cycles = slow["median_ms"] * slow["sm_clock_mhz"] / (fast["median_ms"] * fast["sm_clock_mhz"])
         text += f"; in SM cycles {cycles:.2f}x"
+    return text
+
+
+def describe(run: Path) -> str:
+    """`RUN: NVIDIA H200, commit 39fdd89, samples 300 ms`, and a proxy note off the H200 (the bars are its)."""
+    meta = read_results(run).get("meta") or {}
+    gpu = meta.get("gpu") or "GPU not recorded"
+    commit = str(meta.get("git_commit") or meta.get("git_sha") or "commit not recorded")[:12]
+    rep = (meta.get("timing") or {}).get("rep_ms")
+    text = f"{run}: {gpu}, commit {commit}" + (f", samples {rep:g} ms a case" if rep else "")
+    if meta.get("gpu") and "H200" not in meta["gpu"]:
+        text += " — issue 30's bars are the H200's: on this card the ratios are a proxy"
     return text
 
 
@@ -172,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if not results_path(run).is_file():
             print(f"error: {run}: no results.json (a run folder of gdpa-bench run)", file=sys.stderr)
             return 2
+        print(describe(run))
         failed += check(run, lines)
     print("\n".join(lines))
     print(f"{failed} of {len(lines)} bars failed")
