@@ -148,6 +148,18 @@ def main() -> int:
     return 0
 
 
+def source_rows(text: str) -> tuple[list[dict], str | None]:
+    """ncu's source page (`--page source --csv --print-source sass`) as rows, and the name of its all-samples
+    stall column (None when the page has none). The page opens with a "Kernel Name" line before its header,
+    whose first column is "Address" or, in some ncu versions, a row index before it; ncu ends each row with a
+    comma, which csv reads as a last column named None."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    head = next((i for i, ln in enumerate(lines) if '"Source"' in ln and '"Address"' in ln), None)
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[head:])))) if head is not None else []
+    stall = next((c for c in (rows[0] if rows else {}) if c and c.startswith("Warp Stall Sampling (All")), None)
+    return rows, stall
+
+
 def where_stalled(ncu: str, rep: Path, tag: str, kernel: str, out: Path, top: int = 12) -> None:
     """The main loop's stall samples per SASS instruction (`--set full` samples warp states: SourceCounters):
     which instructions the warps wait at — the dP GEMM's wgmma wait, the PdS barrier, the pointwise — summed by
@@ -156,12 +168,7 @@ def where_stalled(ncu: str, rep: Path, tag: str, kernel: str, out: Path, top: in
     page = subprocess.run(cmd, capture_output=True, text=True)
     with gzip.open(out / f"bwd_loop_sass_{tag}.csv.gz", "wt") as fh:
         fh.write(page.stdout)
-    # the page opens with a "Kernel Name" line before its header ("Address", "Source", ...), and ncu ends each
-    # row with a comma, which csv reads as a last column named None
-    lines = [ln for ln in page.stdout.splitlines() if ln.startswith('"')]
-    head = next((i for i, ln in enumerate(lines) if ln.startswith('"Address"')), None)
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines[head:])))) if head is not None else []
-    stall = next((c for c in (rows[0] if rows else {}) if c and c.startswith("Warp Stall Sampling (All")), None)
+    rows, stall = source_rows(page.stdout)
     if not rows or stall is None:
         print(f"\n{tag}: no per-instruction stall samples ({page.stderr.strip()[-300:] or 'empty source page'})")
         return
