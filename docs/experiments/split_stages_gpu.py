@@ -1,0 +1,161 @@
+"""Issue 30: where a split forward's time goes beyond its stages' own (PERF.md "What the log-normal forward bar
+needs, in parts": graph 0.580 ms against 0.548 for the bands run alone, and the events 0.026 ms over the graph).
+
+For each batch, `auto`'s forward plan (read from the op's record) is timed as users call it and taken apart,
+every variant in interleaved rounds (the power cap moves the clock between them, so each round times them all):
+
+- `auto`: the op with its defaults (the plan its first call chose);
+- `sequential`: that plan pinned with `concurrent_stages=False` (the stages one after the other on one stream);
+- `<backend>[lo, hi)`: each stage alone, its backend called directly over its band (what the stage costs
+  when nothing shares the SMs with it);
+- `hopper`: the Hopper backend over the whole batch (one persistent launch).
+
+Each variant's device time is its CUDA-graph replay (bench.case.graph_timing: no host), beside the event-timed
+median (triton's do_bench, L2 flushed): events − graph is host time the GPU waited for. What it separates:
+sum of the stages alone against `sequential` (the cost of a second launch: its tail and the gap), `sequential`
+against `auto` (what running the stages at once wins back), and events against graph.
+
+    # on the GPU machine, FA4 installed, the Hopper kernels in $GDPA_HOPPER_KERNEL_DIR (or compiled there):
+    PYTHONPATH=. python docs/experiments/split_stages_gpu.py [--rounds 3] [--rep 100]   # $OUT/split_stages.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+B, H, D = 1152, 4, 128
+WORKLOADS = {  # configs/production.yaml's sets (self-attention, seed 0, unsorted): name -> (family, params, max_len)
+    "lognormal/L=2048": ("lognormal", {"preset": "ml-20m"}, 2048),
+    "lognormal/L=4096": ("lognormal", {"preset": "ml-20m"}, 4096),
+    "spike/L=4096": ("spike", {"p": 0.02, "base": "lognormal", "preset": "ml-20m"}, 4096),
+    "uniform/L=2048": ("uniform_fill", {"fill": 1.0}, 2048),
+}
+
+
+def batch(family: str, params: dict, max_len: int, device):
+    import numpy as np
+    import torch
+
+    from workloads.pairing import build_lengths
+
+    lengths, _ = build_lengths(family, params, "self", {}, batch_size=B, max_len=max_len, seed=0)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    g = torch.Generator(device=device).manual_seed(0)
+    n = int(lengths.sum())
+    q, k, v = ((torch.randn(n, H, D, generator=g, device=device) * D**-0.25).to(torch.bfloat16) for _ in range(3))
+    offsets = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32, device=device)
+    return q, k, v, offsets, int(lengths.max())
+
+
+def variants(q, k, v, offsets, max_len) -> tuple[dict, list]:
+    """{name: callable} and auto's stages [(backend, lo, hi)] for one batch (auto's first call made here)."""
+    import torch
+
+    from kernels.gdpa import GDPAOptions, gdpa
+    from kernels.gdpa import backends as gdpa_backends
+    from kernels.gdpa.bands import Band
+    from kernels.gdpa.call import GDPACall
+
+    record: dict = {}
+    with torch.no_grad():
+        gdpa(q, k, v, offsets, offsets, max_len, max_len, record=record)
+    stages = [(s["backend"], *_bounds(s["band"])) for s in record["dispatch"]["fwd"]["stages"]]
+    plan = tuple((b, lo, hi) for b, lo, hi in stages)
+    pinned = GDPAOptions(fwd_plan=plan) if len(plan) > 1 else None
+
+    def op(options=None):
+        def fn():
+            with torch.no_grad():
+                return gdpa(q, k, v, offsets, offsets, max_len, max_len, options=options)
+
+        return fn
+
+    out = {"auto": op()}
+    if pinned is not None:
+        out["sequential"] = op(dataclasses.replace(pinned, concurrent_stages=False))
+        call = GDPACall(q, k, v, offsets, offsets, max_len, max_len)
+        for name, lo, hi in stages:
+            backend = gdpa_backends.module(name)
+
+            def alone(backend=backend, band=Band(lo, hi)):
+                with torch.no_grad():
+                    return backend.forward(call, band, pinned)
+
+            out[f"{name}[{lo}, {'inf' if hi is None else hi})"] = alone
+    out["hopper"] = op(GDPAOptions(backend="hopper"))
+    return out, stages
+
+
+def _bounds(band: str) -> tuple[int, int | None]:
+    """'[128, 512)' or '[1024, inf)' -> (lo, hi)."""
+    lo, hi = band.strip("[)").split(",")
+    return int(lo), None if hi.strip() == "inf" else int(hi)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rep", type=int, default=100, help="do_bench's rep (ms) per variant and round")
+    args = ap.parse_args()
+    import torch
+    from triton.testing import do_bench
+
+    from bench.case.graph_timing import graph_time
+    from bench.case.timing import l2_flush_buffer
+
+    device = torch.device("cuda", 0)
+    flush = l2_flush_buffer(device)
+    result = {"gpu": torch.cuda.get_device_name(0), "rounds": args.rounds, "rep_ms": args.rep, "cases": {}}
+    for name, (family, params, max_len) in WORKLOADS.items():
+        q, k, v, offsets, longest = batch(family, params, max_len, device)
+        fns, stages = variants(q, k, v, offsets, longest)
+        for fn in fns.values():
+            fn()  # compiles, autotunes
+        torch.cuda.synchronize()
+        events: dict[str, list] = {n: [] for n in fns}
+        graphs: dict[str, list] = {n: [] for n in fns}
+        for _ in range(args.rounds):
+            for n, fn in fns.items():
+                ms = float(do_bench(fn, warmup=25, rep=args.rep, return_mode="median"))
+                events[n].append(ms)
+                graphs[n].append(graph_time(fn, device, flush, ms)["ms"])
+        rows = {
+            n: {"events_ms": statistics.median(events[n]), "graph_ms": _median(graphs[n]), "rounds": events[n]}
+            for n in fns
+        }
+        alone = [r["graph_ms"] for n, r in rows.items() if "[" in n]
+        summary = {
+            "stages": stages,
+            "stages_alone_sum_graph_ms": sum(alone) if alone and None not in alone else None,
+            "rows": rows,
+        }
+        result["cases"][name] = summary
+        print(f"\n{name}: auto's plan {' + '.join(f'{b}[{lo}, {hi})' for b, lo, hi in stages)}")
+        print(f"  {'variant':<24} {'events ms':>10} {'graph ms':>10}")
+        for n, r in rows.items():
+            g = r["graph_ms"]
+            print(f"  {n:<24} {r['events_ms']:>10.4f} {('%.4f' % g) if g is not None else 'n/a':>10}")
+        if summary["stages_alone_sum_graph_ms"] is not None:
+            print(f"  {'stages alone, summed':<24} {'':>10} {summary['stages_alone_sum_graph_ms']:>10.4f}")
+    out = Path(os.environ.get("OUT", "/tmp/out"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "split_stages.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def _median(values: list) -> float | None:
+    known = [x for x in values if x is not None]
+    return statistics.median(known) if known else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
