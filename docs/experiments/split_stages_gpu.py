@@ -84,15 +84,22 @@ def variants(q, k, v, offsets, max_len) -> tuple[dict, list]:
         out["sequential"] = op(dataclasses.replace(pinned, concurrent_stages=False))
         call = GDPACall(q, k, v, offsets, offsets, max_len, max_len)
         for name, lo, hi in stages:
-            backend = gdpa_backends.module(name)
-
-            def alone(backend=backend, band=Band(lo, hi)):
-                with torch.no_grad():
-                    return backend.forward(call, band, pinned)
-
-            out[f"{name}[{lo}, {'inf' if hi is None else hi})"] = alone
+            out[f"{name}[{lo}, {'inf' if hi is None else hi})"] = _alone(
+                gdpa_backends.module(name), call, Band(lo, hi), pinned
+            )
     out["hopper"] = op(GDPAOptions(backend="hopper"))
     return out, stages
+
+
+def _alone(backend, call, band, options):
+    """One stage's backend over its band, nothing else on the GPU beside it."""
+    import torch
+
+    def fn():
+        with torch.no_grad():
+            return backend.forward(call, band, options)
+
+    return fn
 
 
 def _bounds(band: str) -> tuple[int, int | None]:
@@ -143,7 +150,7 @@ def main() -> int:
         print(f"  {'variant':<24} {'events ms':>10} {'graph ms':>10}")
         for n, r in rows.items():
             g = r["graph_ms"]
-            print(f"  {n:<24} {r['events_ms']:>10.4f} {('%.4f' % g) if g is not None else 'n/a':>10}")
+            print(f"  {n:<24} {r['events_ms']:>10.4f} {f'{g:.4f}' if g is not None else 'n/a':>10}")
         if summary["stages_alone_sum_graph_ms"] is not None:
             print(f"  {'stages alone, summed':<24} {'':>10} {summary['stages_alone_sum_graph_ms']:>10.4f}")
     out = Path(os.environ.get("OUT", "/tmp/out"))
