@@ -8,6 +8,9 @@ every variant in interleaved rounds (the power cap moves the clock between them,
 - `sequential`: that plan pinned with `concurrent_stages=False` (the stages one after the other on one stream);
 - `<backend>[lo, hi)`: each stage alone, its backend called directly over its band (what the stage costs
   when nothing shares the SMs with it);
+- `  <backend> piece [lo, hi)`: a stage that spans several of the harness's bands (edges 128, 512, 1024), by the same
+  backend over each of them, and the packed backend over [0, 128): one tile configuration over the bands against
+  each its own;
 - `hopper`: the Hopper backend over the whole batch (one persistent launch).
 
 Each variant's device time is its CUDA-graph replay (bench.case.graph_timing: no host), beside the event-timed
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -33,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 B, H, D = 1152, 4, 128
+BAND_EDGES = (128, 512, 1024)  # configs/production.yaml's `bands.edges`
 WORKLOADS = {  # configs/production.yaml's sets (self-attention, seed 0, unsorted): name -> (family, params, max_len)
     "lognormal/L=2048": ("lognormal", {"preset": "ml-20m"}, 2048),
     "lognormal/L=4096": ("lognormal", {"preset": "ml-20m"}, 4096),
@@ -87,6 +92,15 @@ def variants(q, k, v, offsets, max_len) -> tuple[dict, list]:
             out[f"{name}[{lo}, {'inf' if hi is None else hi})"] = _alone(
                 gdpa_backends.module(name), call, Band(lo, hi), pinned
             )
+            # a stage over several of the harness's bands, in pieces by the same backend: one tile configuration
+            # over the bands against each its own (PERF.md: the combining cost's first explanation)
+            cuts = [e for e in BAND_EDGES if lo < e and (hi is None or e < hi)]
+            if cuts:
+                for a, b in itertools.pairwise([lo, *cuts, hi]):
+                    label = f"  {name} piece [{a}, {'inf' if b is None else b})"
+                    out[label] = _alone(gdpa_backends.module(name), call, Band(a, b), pinned)
+        if stages[0][1] == 0 and stages[0][0] != "packed" and "packed" in gdpa_backends.NAMES:
+            out["  packed piece [0, 128)"] = _alone(gdpa_backends.module("packed"), call, Band(0, 128), pinned)
     out["hopper"] = op(GDPAOptions(backend="hopper"))
     return out, stages
 
@@ -139,7 +153,7 @@ def main() -> int:
             n: {"events_ms": statistics.median(events[n]), "graph_ms": _median(graphs[n]), "rounds": events[n]}
             for n in fns
         }
-        alone = [r["graph_ms"] for n, r in rows.items() if "[" in n]
+        alone = [r["graph_ms"] for n, r in rows.items() if "[" in n and "piece" not in n]
         summary = {
             "stages": stages,
             "stages_alone_sum_graph_ms": sum(alone) if alone and None not in alone else None,
