@@ -99,8 +99,40 @@ MEASUREMENT_SETTINGS = (
 )
 
 
+# What a run ran on, where a difference moves medians without any change of code: the card first (an H100 for a
+# baseline taken on an H200: the device tool lent H100s for `nvidia-h200` in every session of 2026-12-06), then the
+# software under the kernels. Compared by `machine_notes`, said before the verdict like the settings.
+MACHINE = ("gpu", "power_cap_w", "enforced_power_limit_w")
+SOFTWARE = ("driver", "cuda", "torch", "triton", "flash_attn")
+
+
+def machine_notes(base: dict, cur: dict) -> list[str]:
+    """A line where the runs' GPU or its power limit differ, and one where the driver or the libraries under the
+    kernels do (none where the meta records agree or do not say)."""
+
+    def differing(keys: tuple) -> list[str]:
+        out = []
+        for key in keys:
+            values = [(data.get("meta") or {}).get(key) if isinstance(data, dict) else None for data in (base, cur)]
+            if None not in values and str(values[0]) != str(values[1]):
+                out.append(f"{key} {values[0]} in the baseline, {values[1]} here")
+        return out
+
+    notes = []
+    if hardware := differing(MACHINE):
+        notes.append(
+            "note: the runs ran on different hardware ("
+            + "; ".join(hardware)
+            + "): a change below may be the machine's, not the code's; compare runs of one kind of GPU."
+        )
+    if software := differing(SOFTWARE):
+        notes.append("note: the software under the kernels differs (" + "; ".join(software) + ").")
+    return notes
+
+
 def setting_notes(base: dict, cur: dict) -> list[str]:
-    """One line naming every measurement setting the two runs' meta record differently (none: no line)."""
+    """One line naming every measurement setting the two runs' meta record differently (none: no line), after
+    the machine's (`machine_notes`)."""
     differ = []
     for block, key in MEASUREMENT_SETTINGS:
         values = []
@@ -110,13 +142,15 @@ def setting_notes(base: dict, cur: dict) -> list[str]:
             values.append(section.get(key) if isinstance(section, dict) else None)
         if None not in values and values[0] != values[1]:
             differ.append(f"{block}.{key} {values[0]} in the baseline, {values[1]} here")
+    notes = machine_notes(base, cur)
     if not differ:
-        return []
+        return notes
     return [
+        *notes,
         "note: the runs measured differently ("
         + "; ".join(differ)
         + "): a change below may be the setting's, not the kernel's (a run without the correctness gate "
-        "times kernels nothing checked)."
+        "times kernels nothing checked).",
     ]
 
 

@@ -88,6 +88,23 @@ def test_runs_measured_differently_are_said_before_the_verdict(tmp_path, capsys)
     assert out.strip().splitlines()[-1].startswith("OK: no case slower or failed")  # said, not judged
 
 
+def test_runs_on_different_gpus_or_software_are_said_before_the_verdict(tmp_path, capsys):
+    """An H100 run against an H200 baseline (what the device tool lent on 2026-12-06): compare names the card and
+    the libraries that differ on note lines, and judges as before (a note, not a verdict)."""
+    cases = [case("gdpa_triton", noisy(1.0, seed=1)), case("fa4", noisy(2.0, seed=2))]
+    b = write(tmp_path, "b.json", cases)
+    rc, out, _ = run(capsys, b, write(tmp_path, "same.json", cases, git_sha="def5678", host="other-host"))
+    assert rc == 0 and "different hardware" not in out and "software" not in out  # commit and host are not these
+    h100 = write(tmp_path, "h100.json", cases, gpu="NVIDIA H100 80GB HBM3", triton="3.6.1", driver="580.159.04")
+    rc, out, _ = run(capsys, b, h100)
+    (hardware,) = [line for line in out.splitlines() if "different hardware" in line]
+    assert "gpu NVIDIA H200 in the baseline, NVIDIA H100 80GB HBM3 here" in hardware and "power_cap_w" not in hardware
+    (software,) = [line for line in out.splitlines() if "software under the kernels" in line]
+    assert "triton 3.6.0 in the baseline, 3.6.1 here" in software and "driver 580.65 in the baseline" in software
+    assert "torch" not in software
+    assert out.strip().splitlines()[-1].startswith("OK: no case slower or failed")  # said, not judged
+
+
 def test_ten_percent_slower_is_a_regression(tmp_path, capsys):
     base = [case("gdpa_triton", noisy(1.0, n=25, seed=10)), case("fa4", noisy(2.0, n=25, seed=11))]
     cur = [case("gdpa_triton", noisy(1.10, n=25, seed=12)), case("fa4", noisy(2.0, n=25, seed=13))]
