@@ -55,6 +55,12 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
             f"({fmt(enf, 'whole')} W): power numbers are reported against the cap, but the GPU "
             f"{'could draw more' if float(enf) > float(cap) else 'was held below it'}."
         )
+    target, gpu = str(meta.get("hardware_target") or "").strip(), meta.get("gpu")
+    if target and isinstance(gpu, str) and target.lower() not in gpu.lower():
+        out.append(
+            f"The config was written for {target}; this run is on {gpu}: its figures are that card's, and "
+            "its ratios stand for the target's only as a proxy."
+        )
     if meta.get("interrupted"):
         out.append("The run was interrupted: the results are partial.")
     elif "finished_at" in meta and meta.get("finished_at") is None:

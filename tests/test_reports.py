@@ -338,6 +338,17 @@ def _small_results(meta: dict | None = None) -> dict:
     return synth.make_results(cases, meta)
 
 
+def test_a_run_on_another_card_than_its_configs_target_says_so(tmp_path):
+    """configs/ci.yaml names the H200; the device tool lent H100s for it on 2026-12-06: the overview says which card
+    ran, and says nothing where the card is the target (or the config names none)."""
+    h100 = synth.gpu_meta(hardware_target="H200", gpu="NVIDIA H100 80GB HBM3")
+    html = render_report(run_from(tmp_path / "a", _small_results(h100)))["html"].read_text()
+    assert "The config was written for H200; this run is on NVIDIA H100 80GB HBM3" in html
+    for meta in (synth.gpu_meta(hardware_target="H200"), synth.gpu_meta(hardware_target=None)):
+        html = render_report(run_from(tmp_path / str(id(meta)), _small_results(meta)))["html"].read_text()
+        assert "The config was written for" not in html
+
+
 def test_render_without_power_data_and_cap_mismatch(tmp_path):
     meta = synth.gpu_meta(
         power_cap_w=750,
