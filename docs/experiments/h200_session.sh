@@ -6,7 +6,7 @@
 #   bash docs/experiments/h200_session.sh env CMD       # later calls: CMD with FA4 and the kernel directory set
 #   bash docs/experiments/h200_session.sh fbtriton [CMD] # carry .fbtriton/pK, one part per call; the call that
 #                                                        # completes them installs /tmp/fbtriton-site and probes it
-#   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | triton-tiles | owned-bwd | h200:
+#   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | peers-full | triton-tiles | owned-bwd | h200:
 #                                                        # a run, detached
 #   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT (always:
 #                                                        # finished or not; a machine lost mid-run: untar NAME.tgz
@@ -126,6 +126,13 @@ start)
     # fa4, hstu, forward and backward (176 cases; `bench list` estimates ~12 min at the config's 1 s windows)
     python3 docs/experiments/derive_config.py configs/peers-h200.yaml runs/peers-fast.yaml $windows
     start peers-h200 runs/peers-fast.yaml --providers meta_gdpa,meta_gdpa_tma,meta_gdpa_persistent,meta_gdpa_ws,gdpa,fa4,hstu \
+      --only "'/(fwd|bwd)/'"
+    ;;
+  peers-full)
+    # the same run with the config's own 1 s windows (on an H100 the capped clock dips for ~145 ms every few hundred
+    # ms: 300 ms windows put 2-5% between same-kernel cases there, docs/experiments/h100-2026-12-06d)
+    python3 docs/experiments/derive_config.py configs/peers-h200.yaml runs/peers-full.yaml
+    start peers-h200 runs/peers-full.yaml --providers meta_gdpa,meta_gdpa_tma,meta_gdpa_persistent,meta_gdpa_ws,gdpa,fa4,hstu \
       --only "'/(fwd|bwd)/'"
     ;;
   triton-tiles)
