@@ -177,10 +177,14 @@ tests-start)
       g=${a%%:*} lim=${a#*:}; [ "$lim" = "$a" ] && lim=450
       steps+="echo \"[\$(date +%T)] $g\"; OUT=/tmp/gt bash docs/experiments/gpu_tests.sh $g $lim > /tmp/gt/$g.out 2>&1; "
       steps+="tail -n 8 /tmp/gt/$g.out; " ;;
-    *) steps+="echo \"[\$(date +%T)] + $a\"; ( $a ) >> /tmp/gt/commands.log 2>&1; " ;;
+    # %q: a command holding quotes or parentheses must not break the echo around it (2026-12-06: it did, and the
+    # chain never ran)
+    *) steps+="printf '[%s] + %s\\n' \"\$(date +%T)\" $(printf %q "$a"); ( $a ) >> /tmp/gt/commands.log 2>&1; " ;;
     esac
   done
-  setsid nohup flock /tmp/gt/lock bash -c "$steps rm -f /tmp/gt/pending.$id" >> /tmp/gt/chain.log 2>&1 < /dev/null &
+  # the pending mark goes even when the steps cannot be parsed, so tests-wait does not wait out its time on them
+  setsid nohup flock /tmp/gt/lock bash -c "bash -c $(printf %q "$steps"); rm -f /tmp/gt/pending.$id" \
+    >> /tmp/gt/chain.log 2>&1 < /dev/null &
   echo "started chain $id: $*"
   ;;
 tests-wait)
