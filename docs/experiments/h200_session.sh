@@ -14,6 +14,8 @@
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
 #   bash docs/experiments/h200_session.sh tests-start G[:S] ...  # GPU-test groups (gpu_tests.sh G S) or commands,
 #                                                        # detached, one chain after another: they outlive the call
+#   bash docs/experiments/h200_session.sh tests-file FILE  # tests-start with FILE's lines as its steps (one group
+#                                                        # or command a line, # comments): no quoting in the call
 #   bash docs/experiments/h200_session.sh tests-wait [S]  # until every chain ends (or S s), logs to $OUT
 # The device copy's .git is the checkout's as the session began: name the files' commit in every call that runs
 # something, `GDPA_GIT_SHA=<git rev-parse HEAD, here> bash docs/experiments/h200_session.sh ...` (the detached runs
@@ -186,6 +188,15 @@ tests-start)
   setsid nohup flock /tmp/gt/lock bash -c "bash -c $(printf %q "$steps"); rm -f /tmp/gt/pending.$id" \
     >> /tmp/gt/chain.log 2>&1 < /dev/null &
   echo "started chain $id: $*"
+  ;;
+tests-file)
+  # a session's plan written down and committed beside the code it runs (docs/experiments/plans/*.chain), so the
+  # device call is one word: the 2026-12-06 plan typed inline lost its chain to a quote inside a quote
+  file=${2:?tests-file FILE}
+  [ -f "$file" ] || { echo "tests-file: no such file: $file" >&2; exit 2; }
+  mapfile -t steps < <(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$file")
+  [ ${#steps[@]} -gt 0 ] || { echo "tests-file: no steps in $file" >&2; exit 2; }
+  exec bash "$0" tests-start "${steps[@]}"
   ;;
 tests-wait)
   for _ in $(seq 1 $(( ${2:-540} / 5 ))); do
