@@ -27,6 +27,10 @@ build them for sm_90a at 2c128ab: fbtriton 3.6.1 and 3.7.4 accept the two config
 Meta's TMA descriptors, sized BLOCK // NUM_CONSUMER_GROUPS rows, then meet BLOCK-row accumulators in the
 front end (`acc = tl.dot(p, v, acc)`: "accumulator shape is incompatible"; the backward's
 `dv += tl.dot(ppT, do)`) — docs/experiments/meta_ws_compile.py cross-compiles them without a GPU.
+Meta's TMA backward (`meta_gdpa_tma`, fbtriton's `store_reduce`) builds only with the configs of its list whose
+dQ block fits its dQ descriptor, and adds dQ into a `torch.empty` tensor: the provider has its autotuner time
+only those and zeroes dQ first (`fit_tma_backward`; every other config failed the fork's front end on the H200,
+and with it every backward case).
 """
 
 from __future__ import annotations
@@ -225,18 +229,78 @@ def restore_accumulators(module) -> None:
     `use_dq_atomic_add`, but asks its autotuner to restore them between configs only for start/end offsets
     (`restore_value`, :3648-3670): the first backward of a shape returned the sum of every config's run
     (the H200's GQA gate failed so, 2026-12-02). Its autotuner builder is wrapped once for this process so
-    DQ, DK and DV are always restored between the configs it times (what Triton's `restore_value` is for);
-    the kernel and its configs are Meta's."""
+    DQ, DK and DV are always restored between the configs it times (what Triton's `restore_value` is for),
+    and a TMA backward times only the configs it can build, on a zeroed dQ (`fit_tma_backward`); the kernel and
+    its configs are Meta's."""
     build = getattr(module, "get_autotune_bwd_kernel", None)  # a checkout without it: nothing to wrap
     if build is None or getattr(build, "_gdpa_bench_restores", False):
         return
 
     def with_accumulators(kernel, restore_value, enable_ws, is_mtia=False):
         names = tuple(dict.fromkeys((*(restore_value or ()), "DQ", "DK", "DV")))
-        return build(kernel, names, enable_ws, is_mtia=is_mtia)
+        return fit_tma_backward(build(kernel, names, enable_ws, is_mtia=is_mtia))
 
     with_accumulators._gdpa_bench_restores = True
     module.get_autotune_bwd_kernel = with_accumulators
+
+
+# the launch's flags that decide how Meta's backward writes dQ (constexprs it passes by keyword, :3755-3760)
+DQ_FLAGS = ("enable_tma", "USE_DQ_ATOMIC_ADD", "BROADCAST_Q", "USE_START_END_OFFSETS")
+
+
+def tma_dq_add(launch: dict) -> bool:
+    """Whether this launch of Meta's backward adds dQ through its TMA descriptor (`desc_dq.store(...,
+    store_reduce="add")`, SRC:2587): a TMA backward without dQ atomics, start/end offsets or a broadcast Q."""
+    return bool(launch.get("enable_tma")) and not any(launch.get(f) for f in DQ_FLAGS[1:])
+
+
+def tma_dq_store_fits(config, launch: dict) -> bool:
+    """Whether Meta's backward can build `config` for a launch with these arguments. Its TMA dQ add stores each
+    dQ block of BLOCK_M2 rows through a descriptor of BLOCK_M1 // NUM_CONSUMER_GROUPS rows (SRC:2193, :2587), and
+    the fork's front end requires the two to be equal (`validate_store_like`: `value.shape ==
+    desc.block_shape`). Meta's default list pairs BLOCK_M2 = BLOCK_N1 with BLOCK_M1 in {32, 64} (:1814), so every
+    autotuned TMA backward met a config it could not build, and Triton's autotuner ends the call at the first
+    compile error: fbtriton 3.6.1 failed every `meta_gdpa_tma` backward on the H200 (2026-12-05,
+    docs/experiments/h200-2026-12-05b; docs/experiments/meta_ws_compile.py --bwd-list default builds each pair)."""
+    if not tma_dq_add(launch):
+        return True
+    k = config.kwargs
+    return k["BLOCK_M1"] // k.get("NUM_CONSUMER_GROUPS", 1) == k["BLOCK_M2"]
+
+
+def fit_tma_backward(tuner):
+    """`tuner` (Meta's backward autotuner) made to run Meta's TMA backward as it is meant to, its kernel and its
+    configs Meta's:
+    - it times only the configs of its list that `tma_dq_store_fits` the launch (its `early_config_prune`
+      hook, after Meta's own prune if it had one; when none fits, Meta's list stays whole and the call fails
+      with its compiler's error, as without the provider), and its cache of tuned configs is keyed by the dQ
+      flags too (`DQ_FLAGS`: a TMA launch of a shape never reuses the config a pointer launch picked);
+    - a launch that adds dQ through the descriptor gets DQ zeroed first: Meta allocates it with `torch.empty`
+      unless dQ is atomic (:3515-3518), so the add would land on whatever the memory held. The zeroing runs in
+      the call (a fill of dQ), as Meta's own `torch.zeros` does on its atomic path; the autotuner's timing
+      runs then restore DQ to zeros between configs (restore_accumulators)."""
+    if not hasattr(tuner, "configs") or getattr(tuner, "_gdpa_bench_fits_tma", False):
+        return tuner
+    meta_prune = getattr(tuner, "early_config_prune", None)
+
+    def prune(configs, named_args, **kwargs):
+        configs = meta_prune(configs, named_args, **kwargs) if meta_prune else configs
+        launch = {**named_args, **kwargs}
+        return [c for c in configs if tma_dq_store_fits(c, launch)] or configs
+
+    tuner.early_config_prune = prune
+    tuner.keys = [*tuner.keys, *(f for f in DQ_FLAGS if f not in tuner.keys)]
+    dq_index = tuner.arg_names.index("DQ") if "DQ" in tuner.arg_names else None
+    meta_run = tuner.run
+
+    def run(*args, **kwargs):
+        if dq_index is not None and tma_dq_add(kwargs):
+            (args[dq_index] if len(args) > dq_index else kwargs["DQ"]).zero_()
+        return meta_run(*args, **kwargs)
+
+    tuner.run = run
+    tuner._gdpa_bench_fits_tma = True
+    return tuner
 
 
 def accept_object_annotations() -> None:
@@ -335,4 +399,12 @@ class MetaGDPAProvider(pc.PeerProvider):
 
     def kernel_configs(self) -> dict | None:
         fields = self.source_fields()
-        return None if fields is None else {**fields, "activation": self._activation}
+        if fields is None:
+            return None
+        record = {**fields, "activation": self._activation}
+        if "tma" in bwd_techs(self.options["bwd_opt_tech"]) and not self.options["use_dq_atomic_add"]:
+            record["bwd_configs"] = (
+                "Meta's list without those whose dQ block (BLOCK_M2 rows) does not fit its TMA descriptor "
+                "(BLOCK_M1 // NUM_CONSUMER_GROUPS rows), on a dQ zeroed before its add: meta_gdpa.fit_tma_backward"
+            )
+        return record

@@ -12,7 +12,7 @@ declare -A FILES=(
   [profiling]="tests/test_profiling_gpu.py tests/test_profiling.py"
   [harness]="tests/test_monitor.py tests/test_resources.py tests/test_baselines.py"
   [faults]="tests/test_faults_gpu.py"
-  [peers]="tests/test_peers_gpu.py"
+  [peers]="tests/test_peers_gpu.py tests/test_peers_meta_tma.py"
 )
 group=${1:?usage: gpu_tests.sh GROUP [LIMIT_S] | list}
 if [ "$group" = list ]; then

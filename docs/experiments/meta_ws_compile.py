@@ -28,7 +28,7 @@ What it found (2026-12-04, Meta's checkout at 2c128ab; bf16, H 4, D 128, a jagge
   sm_90a cubins; (32, 64, 64), (32, 128, 128), (64, 128, 128) fail in the front end at `desc_dq.store(...,
   store_reduce="add")`: `assert value.shape == desc.block_shape` (the dQ block has BLOCK_M2 rows, the descriptor
   BLOCK_M1 // NUM_CONSUMER_GROUPS) -- the H200's failure of every meta_gdpa_tma backward
-  (docs/experiments/h200-2026-12-05b); pending/issue33-meta-tma-bwd-configs.patch keeps the two that build.
+  (docs/experiments/h200-2026-12-05b); kernels/meta_gdpa.py's `fit_tma_backward` keeps the two that build.
 Options: --which fwd|bwd|both, --bwd-list ws|default, --block-n 64|128 (32 is excluded by Meta: "ws hang"),
 --act NAME, --dense, --meta-ws (TRITON_USE_META_WS=1), and for diagnosis --ncg N, --stages N, --no-tma. Per kernel
 in --out: <tag>.signature.txt, then <tag>.error.txt (the traceback) or the compiled stages and cubin.
