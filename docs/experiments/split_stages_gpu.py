@@ -11,7 +11,10 @@ every variant in interleaved rounds (the power cap moves the clock between them,
 - `  <backend> piece [lo, hi)`: a stage that spans several of the harness's bands (edges 128, 512, 1024), by the same
   backend over each of them, and the packed backend over [0, 128): one tile configuration over the bands against
   each its own;
-- `hopper`: the Hopper backend over the whole batch (one persistent launch).
+- `hopper`: the Hopper backend over the whole batch (one persistent launch);
+- with `--matrix`: `  <backend> band [lo, hi)`, Triton and Hopper over each of the harness's bands and the packed
+  backend over [0, 128), each alone: which backend is slow where (every row with a band also gets its TFLOP/s
+  from the band's work, 4·H·D·Σ L² over its sequences).
 
 Each variant's device time is its CUDA-graph replay (bench.case.graph_timing: no host), beside the event-timed
 median (triton's do_bench, L2 flushed): events − graph is host time the GPU waited for. What it separates:
@@ -19,7 +22,8 @@ sum of the stages alone against `sequential` (the cost of a second launch: its t
 against `auto` (what running the stages at once wins back), and events against graph.
 
     # on the GPU machine, FA4 installed, the Hopper kernels in $GDPA_HOPPER_KERNEL_DIR (or compiled there):
-    PYTHONPATH=. python docs/experiments/split_stages_gpu.py [--rounds 3] [--rep 100] [--only lognormal/L=2048 ...]
+    PYTHONPATH=. python docs/experiments/split_stages_gpu.py [--rounds 3] [--rep 100] [--only lognormal/L=2048 ...] \
+        [--matrix]
     # -> $OUT/split_stages.json, rewritten after each batch
 """
 
@@ -62,7 +66,7 @@ def batch(family: str, params: dict, max_len: int, device):
     return q, k, v, offsets, int(lengths.max())
 
 
-def variants(q, k, v, offsets, max_len) -> tuple[dict, list]:
+def variants(q, k, v, offsets, max_len, matrix: bool = False) -> tuple[dict, list]:
     """{name: callable} and auto's stages [(backend, lo, hi)] for one batch (auto's first call made here)."""
     import torch
 
@@ -103,7 +107,24 @@ def variants(q, k, v, offsets, max_len) -> tuple[dict, list]:
         if stages[0][1] == 0 and stages[0][0] != "packed" and "packed" in gdpa_backends.NAMES:
             out["  packed piece [0, 128)"] = _alone(gdpa_backends.module("packed"), call, Band(0, 128), pinned)
     out["hopper"] = op(GDPAOptions(backend="hopper"))
+    if matrix:
+        call = GDPACall(q, k, v, offsets, offsets, max_len, max_len)
+        for a, b in itertools.pairwise([0, *BAND_EDGES, None]):
+            for name in ("triton", "hopper", "packed"):
+                if name == "packed" and a != 0:
+                    continue  # its tiles hold several sequences of < 128 tokens
+                label = f"  {name} band [{a}, {'inf' if b is None else b})"
+                out[label] = _alone(gdpa_backends.module(name), call, Band(a, b), None)
     return out, stages
+
+
+def band_tflop(lengths, name: str) -> float:
+    """The forward's TFLOP of the sequences a row covers (its `[lo, hi)`, or the whole batch)."""
+    import numpy as np
+
+    lo, hi = _bounds(name[name.index("[") :].strip()) if "[" in name else (0, None)
+    inside = (lengths >= lo) & (lengths < (np.inf if hi is None else hi))
+    return 4 * H * D * float((lengths[inside].astype(np.float64) ** 2).sum()) / 1e12
 
 
 def _alone(backend, call, band, options):
@@ -127,6 +148,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rep", type=int, default=100, help="do_bench's rep (ms) per variant and round")
+    ap.add_argument("--matrix", action="store_true", help="also each backend over each band alone")
     ap.add_argument("--only", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS), help="these batches")
     args = ap.parse_args()
     import torch
@@ -143,7 +165,8 @@ def main() -> int:
     for name in args.only:
         family, params, max_len = WORKLOADS[name]
         q, k, v, offsets, longest = batch(family, params, max_len, device)
-        fns, stages = variants(q, k, v, offsets, longest)
+        fns, stages = variants(q, k, v, offsets, longest, args.matrix)
+        lengths = offsets.diff().cpu().numpy()
         for fn in fns.values():
             fn()  # compiles, autotunes
         torch.cuda.synchronize()
@@ -155,10 +178,15 @@ def main() -> int:
                 events[n].append(ms)
                 graphs[n].append(graph_time(fn, device, flush, ms)["ms"])
         rows = {
-            n: {"events_ms": statistics.median(events[n]), "graph_ms": _median(graphs[n]), "rounds": events[n]}
+            n: {
+                "events_ms": statistics.median(events[n]),
+                "graph_ms": _median(graphs[n]),
+                "rounds": events[n],
+                "tflop": band_tflop(lengths, n),
+            }
             for n in fns
         }
-        alone = [r["graph_ms"] for n, r in rows.items() if "[" in n and "piece" not in n]
+        alone = [r["graph_ms"] for n, r in rows.items() if "[" in n and not n.startswith("  ")]
         summary = {
             "stages": stages,
             "stages_alone_sum_graph_ms": sum(alone) if alone and None not in alone else None,
@@ -166,12 +194,13 @@ def main() -> int:
         }
         result["cases"][name] = summary
         print(f"\n{name}: auto's plan {' + '.join(f'{b}[{lo}, {hi})' for b, lo, hi in stages)}")
-        print(f"  {'variant':<24} {'events ms':>10} {'graph ms':>10}")
+        print(f"  {'variant':<28} {'events ms':>10} {'graph ms':>10} {'TFLOP/s':>8}")
         for n, r in rows.items():
             g = r["graph_ms"]
-            print(f"  {n:<24} {r['events_ms']:>10.4f} {f'{g:.4f}' if g is not None else 'n/a':>10}")
+            rate = f"{r['tflop'] / g * 1e3:.0f}" if g else "n/a"
+            print(f"  {n:<28} {r['events_ms']:>10.4f} {f'{g:.4f}' if g is not None else 'n/a':>10} {rate:>8}")
         if summary["stages_alone_sum_graph_ms"] is not None:
-            print(f"  {'stages alone, summed':<24} {'':>10} {summary['stages_alone_sum_graph_ms']:>10.4f}")
+            print(f"  {'stages alone, summed':<28} {'':>10} {summary['stages_alone_sum_graph_ms']:>10.4f}")
         # after each batch: a call cut off by the device's time limit keeps the batches done
         (out / "split_stages.json").write_text(json.dumps(result, indent=1))
     return 0
