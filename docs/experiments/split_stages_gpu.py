@@ -114,7 +114,7 @@ def variants(q, k, v, offsets, max_len, matrix: bool = False) -> tuple[dict, lis
                 if name == "packed" and a != 0:
                     continue  # its tiles hold several sequences of < 128 tokens
                 label = f"  {name} band [{a}, {'inf' if b is None else b})"
-                out[label] = _alone(gdpa_backends.module(name), call, Band(a, b), None)
+                out[label] = _alone(gdpa_backends.module(name), call, Band(a, b), GDPAOptions())
     return out, stages
 
 
