@@ -6,7 +6,11 @@ idle while a few CTAs finish — was paid in full, once per stage. On the H200's
 (docs/example-h200-production, 2026-12-03) the split plan's two launches took 0.604 ms where the kernels of
 its four length bands, each band run alone by the op (its own plan), add up to 0.531: part of that gap is the
 launches' tails and the gap between them, which running the stages at once can win back (the other stage's
-CTAs fill the SMs a tail leaves idle).
+CTAs fill the SMs a tail leaves idle). Measured since (an H100, 2026-12-06, docs/experiments/split_stages_gpu.py;
+kernels/gdpa/PERF.md "The split forward taken apart"): at once is within 0.9% of in order on every split forward
+plan of the production sets, and both are their stages alone summed — the Hopper stage's CTAs fill every SM, so the
+other stage's CTAs wait for its tail; that gap came from the bands' own plans, not the tails. At once stays the
+default: it costs nothing measurable and keeps the stages' order out of the caller's way.
 
 How: the outputs are made once, before any stage (every backend writes exactly its band's rows of them and
 nothing else: backends.py), the side streams wait for the caller's stream (the inputs and the outputs'
