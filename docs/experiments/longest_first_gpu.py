@@ -25,7 +25,7 @@ BATCHES = {  # configs/production.yaml's self-attention sets (seed 0), and the l
     "lognormal 4096": ("lognormal", {"preset": "ml-20m"}, 4096, 1152),
     "hstu_sl 4096": ("hstu_sl", {"fill": 0.5, "alpha": 1.7}, 4096, 1152),
     "spike 4096": ("spike", {"p": 0.02, "base": "lognormal", "preset": "ml-20m"}, 4096, 1152),
-    "lognormal 2048, B 16384": ("lognormal", {"preset": "ml-20m"}, 2048, 16384),
+    "lognormal 2048, B 2048": ("lognormal", {"preset": "ml-20m"}, 2048, 2048),
 }
 
 
