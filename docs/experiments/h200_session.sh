@@ -47,6 +47,10 @@
 # `status` for free until its none_now line is gone), then a start that counted ~6 min; `fa4-1 "tests-start
 # faults:250"`, `fa4-2 "tests-start kernels:480 profiling:320 <owned-bwd run> <m64> <ncu>"`, `tests-wait` twice:
 # faults 178 s, kernels 353 s, profiling ran out of its 320 s (give it 450), the owned-bwd run 5 min 35 s.
+# 2026-12-06, seventeenth session: five refused starts over 28 min (both kinds; ~300 s of budget), then an H100 whose
+# start counted ~9 min: `fa4-1`, `fa4-2` + one chain, `env` + a second chain queued behind it (each chain's kernels
+# carried in the call that starts it), `tests-wait` twice: two A/Bs with their test_gdpa_hopper, an ncu pass and two
+# band matrices in 14 min of chain.
 # .fa4/p1, .fa4/p2 (38 MB each): ../shared/gpu/fa4-wheels.sh's wheels, with the 92 MB CUDA 13 cutlass-dsl libs
 # wheel repacked as one tar.xz (66 MB) in three pieces; p1 also holds the small wheels, pydantic's and
 # install.sh (joins the pieces, installs into /tmp/site). Make them here:
