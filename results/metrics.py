@@ -13,11 +13,7 @@ One row drives everything about its field:
   table of their view (one row per kernel, per band);
 - the docs: DESIGN.md §6's field reference is `field_reference()` (`gdpa-bench fields`), checked by a test.
 
-To add a metric, add a row here (and a test of its value); e.g. the achieved share of the HBM bandwidth:
-
-    Metric("hbm_share", "fraction", "frame", "min_bytes / (median_ms · 1e-3) / (hbm_tb_s · 1e12)",
-           "share of the datasheet HBM bandwidth the compulsory bytes would take", shown=("cases",),
-           header="HBM share", derive=lambda df, meta: df["min_bytes"] / df["median_ms"] / 1e9 / meta["hbm_tb_s"]),
+To add a metric, add a row here and a test of its value (a derived row: a `derive` over the frame's columns).
 """
 
 from __future__ import annotations
@@ -28,10 +24,7 @@ from results.metric_row import Metric, block_rows
 
 # tile efficiency at a t×t tile (workloads.stats.tile_efficiency; docs/DESIGN.md §4)
 TILE_EFF = "ΣLqLk / Σ⌈Lq/{t}⌉{t}·⌈Lk/{t}⌉{t} (causal: unmasked over computed tiles' pairs)"
-
-
 WHERE = ("kernels", "counters", "bands")  # the views of "Where the time goes", one row per case
-
 
 _per_kernel = block_rows("counters.kernels", "profile", "counters")  # one Nsight Compute counter per kernel
 _length_stat = block_rows("stats", "lengths", "workloads")  # a workload's `stats` (workloads.stats)
@@ -247,7 +240,8 @@ METRICS: tuple[Metric, ...] = (
       "GPU: accounted (the kernels are the call's time) · launch gaps (the GPU idles 5–10% of the call between "
       "its kernels: neither host-bound nor fully accounted) · host-bound · kernels over the call (overlapping "
       "streams, or kernels placed in the wrong call)", kind="text", shown=("kernels",), header="accounting"),
-    Metric("host_bound", "", "breakdown", "1 − cuda_graph.ms / median_ms > 0.1, else kernels.idle_share > 0.1",
+    Metric("host_bound", "", "breakdown", "1 − cuda_graph.ms / median_ms > 0.1 (and by ms_at_samples_clock where "
+      "known), else kernels.idle_share > 0.1",
       "the GPU idled more than 10% of the call: the host sets its time (null without a GPU breakdown)",
       kind="flag", shown=("kernels",), header="host-bound"),
     Metric("cuda_graph", "", "graph", "", "the call's device time from CUDA-graph replay beside the event-timed "
@@ -257,6 +251,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("cuda_graph.calls", "count", "graph", "", "calls captured per graph"),
     Metric("cuda_graph.replays", "count", "graph", "", "timed replays of each graph"),
     Metric("cuda_graph.flush_ms", "ms", "graph", "", "the L2 flush per call, subtracted"),
+    Metric("cuda_graph.sm_clock_mhz", "MHz", "graph", "median of NVML reads between replay rounds",
+      "the SM clock the replays ran at (null without a power monitor)", optional=True),
+    Metric("cuda_graph.ms_at_samples_clock", "ms", "graph", "ms × sm_clock_mhz / the samples' sm_clock_mhz",
+      "the graph's device time at the samples' clock (the same SM cycles): what host_bound also reads, so that "
+      "a clock the power cap moved between samples and replays is not taken for host time", optional=True),
     Metric("cuda_graph.error", "", "graph", "", "null, or why the call could not be captured (its event timing "
       "stands)", kind="text", shown=("kernels",), header="graph error"),
     Metric("cuda_graph.memory", "", "graph", "", "the caching allocator around the capture: allocated_gib and "

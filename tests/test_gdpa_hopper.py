@@ -460,24 +460,35 @@ def test_persistent_backward_equals_the_one_tile_grid_and_keeps_other_bands(pois
 @needs_hopper
 def test_persistent_forward_equals_the_one_tile_grid_and_keeps_other_bands(poisoned):
     """The persistent grid computes what FA4's one-tile-per-CTA grid computes, bit for bit, over the whole batch
-    and over one band; a banded launch writes the band's rows only (the rest stay as they were)."""
+    and over one band; a banded launch writes the band's rows only (the rest stay as they were). It walks the
+    sequences longest first (longest_first.py; the record says so): a shuffled self-attention batch of 646
+    sequences (the tile-count hint) and a cross-attention GQA batch of 200 (no hint in batch order; longest
+    first always passes one), so the order FA4's decoder reads through `virtual_batch_idx` reaches every tile."""
     from kernels.gdpa.bands import Band
     from kernels.gdpa.hopper import launch
+    from kernels.gdpa.launch import record_name
 
     rng = np.random.default_rng(2)
     lengths = np.concatenate([rng.integers(0, 130, 600), rng.integers(500, 1500, 40), [0, 1, 127, 128, 129, 512]])
     rng.shuffle(lengths)
     batch = _batch(lengths, lengths, 4, 4, 128, torch.bfloat16, seed=7)
     call = _batch_call(batch, batch.max_q, batch.max_q, "fast_gelu", 0.8, 1.2, False)
-    call = call.with_tensors(kv_offsets=call.q_offsets)  # self-attention: one offsets tensor
-    for band in (Band(), Band(512), Band(0, 128), Band(1 << 20)):
-        grid = launch.forward(call, band, persistent=False)
-        persistent = launch.forward(call, band, persistent=True)
-        assert torch.equal(torch.isnan(grid), torch.isnan(persistent)), band
-        assert torch.equal(torch.nan_to_num(grid), torch.nan_to_num(persistent)), band
-        rows = torch.repeat_interleave(torch.as_tensor(lengths), torch.as_tensor(lengths)).to(grid.device)
-        inside = (rows >= band.lo) & (rows < band.hi_arg)
-        assert not torch.isnan(persistent[inside]).any() and torch.isnan(persistent[~inside]).all(), band
+    self_attention = call.with_tensors(kv_offsets=call.q_offsets), lengths  # one offsets tensor
+    lq, lk = rng.integers(0, 700, 200), rng.integers(0, 900, 200)
+    batch = _batch(lq, lk, 4, 2, 128, torch.bfloat16, seed=8)
+    cross_gqa = _batch_call(batch, batch.max_q, batch.max_kv, "silu", 1.0, 0.5, False), np.minimum(lq, lk)
+    for call, band_lengths in (self_attention, cross_gqa):
+        for band in (Band(), Band(512), Band(0, 128), Band(1 << 20)):
+            record = {}
+            grid = launch.forward(call, band, persistent=False)
+            persistent = launch.forward(call, band, persistent=True, record=record)
+            assert "longest first" in record[record_name("hopper_fwd", band)]["scheduler"]
+            assert torch.equal(torch.isnan(grid), torch.isnan(persistent)), band
+            assert torch.equal(torch.nan_to_num(grid), torch.nan_to_num(persistent)), band
+            q_lengths = call.q_offsets.diff().long().cpu()
+            rows = torch.repeat_interleave(torch.as_tensor(band_lengths), q_lengths).to(grid.device)
+            inside = (rows >= band.lo) & (rows < band.hi_arg)
+            assert not torch.isnan(persistent[inside]).any() and torch.isnan(persistent[~inside]).all(), band
 
 
 # ------------------------------------------------------------------------------ the backward's accumulators

@@ -15,7 +15,7 @@ from bench.case.graph_timing import MAX_CALLS, calls_per_graph
 from bench.case.timing import Samples
 from bench.config.models import load_config
 from bench.profiling.bands import band_kernels, case_bands, kernels_pending, why_apart
-from bench.profiling.views import CaseProfiling
+from bench.profiling.views import CaseProfiling, at_clock
 from kernels.registry import get_provider
 from reports.profiling import profiling_warnings
 from results.figures import HOST_BOUND_IDLE, accounting, host_bound, idle_share
@@ -82,6 +82,47 @@ def test_host_bound_is_read_from_the_cuda_graph_time_where_the_case_has_one(tmp_
     assert views.judge(dict(pass_says), failed) == {"host_bound": True}
     short = {"source": "cuda", "sum_ms": 0.089, "pass_median_ms": 0.19}
     assert views.judge(short, {"median_ms": 0.249, "cuda_graph": {"ms": 0.0873}}) == {"host_bound": True}
+
+
+def test_a_clock_the_cap_moved_between_samples_and_replays_is_not_host_time(tmp_path):
+    """The H100's uniform 4096 `gdpa_hopper` forward (2026-12-06, 300 ms windows): 5 samples, median 70.81 ms at
+    1500 MHz, while the clock rose; its CUDA-graph time after them 62.28 ms — 12% under the median, which read
+    `host-bound` for a 60 ms GPU-bound call. At the samples' clock (the replays at 1710 MHz) the graph is 71.0 ms:
+    not host-bound. A host-bound call stays one whatever its clocks; a missing clock leaves the plain verdict."""
+    model = load_config(cpu_config(tmp_path, "{enabled: true, calls: 1}")).model
+    views = CaseProfiling(model, torch.device("cpu"), timer=None)
+    assert at_clock(62.28, 1710.0, 1500.0) == pytest.approx(62.28 * 1710 / 1500)
+    assert at_clock(62.28, None, 1500.0) is None and at_clock(None, 1710.0, 1500.0) is None
+    assert at_clock(62.28, 1710.0, 0.0) is None
+
+    def judged(graph_ms, graph_mhz, median_ms, samples_mhz):
+        scaled = at_clock(graph_ms, graph_mhz, samples_mhz)
+        g = {"ms": graph_ms, "sm_clock_mhz": graph_mhz, "ms_at_samples_clock": scaled}
+        k = {"source": "cuda", "sum_ms": graph_ms, "pass_median_ms": graph_ms}
+        return views.judge(k, {"median_ms": median_ms, "sm_clock_mhz": samples_mhz, "cuda_graph": g})["host_bound"]
+
+    assert judged(62.28, 1710.0, 70.81, 1500.0) is False  # the clock explains the gap
+    assert judged(62.28, 1500.0, 70.81, 1500.0) is True  # the same clock: the gap is the host's
+    assert judged(62.28, None, 70.81, 1500.0) is True  # no clock read: the plain comparison
+    assert judged(0.0873, 1980.0, 0.249, 1980.0) is True  # the short band, host-bound at one clock
+    assert judged(0.0873, 1600.0, 0.249, 1980.0) is True  # and with the replays slower: more idle, still host
+    assert judged(0.0873, 1980.0, 0.249, 1600.0) is True  # a clock never clears a gap it cannot explain
+    assert judged(66.0, 1500.0, 70.81, 1400.0) is False  # under 10% idle as measured: no clock makes it host-bound
+
+
+def test_the_runners_clock_reader_reads_only_a_running_monitor():
+    from bench.case.power import CasePower
+
+    class Monitor:
+        available = True
+
+        def sample_now(self):
+            return {"sm_clock_mhz": 1755}
+
+    assert CasePower(None, None, timer=None, sync=lambda: None).clock_now() is None  # CPU run, power off
+    assert CasePower(Monitor(), None, timer=None, sync=lambda: None).clock_now() == 1755.0
+    Monitor.available = False
+    assert CasePower(Monitor(), None, timer=None, sync=lambda: None).clock_now() is None
 
 
 def test_why_the_bands_do_not_sum_to_the_whole_batch():

@@ -196,10 +196,14 @@ def test_cuda_graph_time_is_the_device_time():
     scale = lambda: torch.mul(src, 2.0, out=dst)
     scale()
     timed = time_cuda(scale, warmup_ms=50, rep_ms=300, device=d)
-    g = graph_time(scale, d, flush, timed.median_ms)
+    reads = []
+    clock = lambda: reads.append(len(reads)) or 1000.0 + len(reads)  # 1001, 1002, ...: one read a round
+    g = graph_time(scale, d, flush, timed.median_ms, clock=clock)
     show(test="graph elementwise", median_ms=timed.median_ms, graph=g)
     assert g["error"] is None and g["ms"] <= timed.median_ms * 1.01
     assert g["ms"] == pytest.approx(timed.median_ms, rel=0.03)
+    assert len(reads) == g["replays"] and g["sm_clock_mhz"] == 1005.5  # read after each round, the median kept
+    assert graph_time(scale, d, flush, timed.median_ms)["sm_clock_mhz"] is None  # no reader, no clock
     fn = built(provider_here("gdpa_triton"), short_batch(), "fwd")
     timed = time_cuda(fn, warmup_ms=50, rep_ms=300, device=d)
     g = graph_time(fn, d, flush, timed.median_ms)
@@ -417,6 +421,11 @@ def test_a_harness_run_meets_the_issues_bars(tmp_path):
         assert k["sum_over_pass"] == pytest.approx(k["pass_sum_ms"] / k["pass_median_ms"])
         graph = g.get("ms")  # host_bound: the graph's idle share where it exists, else the pass's verdict
         expect = (1 - graph / c["median_ms"] > 0.10) if graph is not None else k["accounting"] == "host-bound"
+        # the replays' SM clock, read with the power monitor on; host-bound only if also at the samples' clock
+        assert graph is None or (g["sm_clock_mhz"] or 0) > 100, (c["id"], g)
+        if expect and graph is not None and c.get("sm_clock_mhz"):
+            assert g["ms_at_samples_clock"] == pytest.approx(graph * g["sm_clock_mhz"] / c["sm_clock_mhz"])
+            expect = 1 - g["ms_at_samples_clock"] / c["median_ms"] > 0.10
         assert c["host_bound"] == expect, c["id"]
         assert bars.host_bound_bar(c) is None and bars.graph_bar(c) is None, c["id"]
         assert g.get("ms") is not None, (c["id"], g)  # every backward too, on the harness's stream

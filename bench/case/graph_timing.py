@@ -21,7 +21,11 @@ already have run (autotuning, the op's measured backend choice: both need the GP
 capture cannot give): the runner's untimed first call and the samples did that.
 
 The record (`cuda_graph`, docs/DESIGN.md §6): {ms (device time per call), calls (per graph), replays,
-flush_ms (the flush's share per call, subtracted), error, memory}. `memory`: the caching allocator around the
+flush_ms (the flush's share per call, subtracted), error, memory, sm_clock_mhz}. `sm_clock_mhz`: the median of
+the SM clock read after each round of replays (the runner's NVML reader; None without one). The replays run
+after the samples, and under a power cap at another clock: a 70 ms GPU-bound call's samples at a falling clock
+read 8 ms over its graph time on an H100 (2026-12-06), which `host_bound` took for host time until the two were
+compared in SM cycles (bench.profiling.views). `memory`: the caching allocator around the
 capture (GiB allocated and reserved before it, one call's peak allocation, reserved after the graphs are
 released): on the H200 (2026-12-02, twice) 75 of 128 production captures ran out of memory with 90-137 GiB
 reserved and 1-11 GiB allocated.
@@ -113,10 +117,13 @@ def graph_time(
     flush: torch.Tensor | None,
     median_ms: float | None,
     replays: int = REPLAYS,
+    clock: Callable[[], float | None] | None = None,
 ) -> dict:
-    """The `cuda_graph` record of `fn` (warmed: its first call has run) on `device`."""
+    """The `cuda_graph` record of `fn` (warmed: its first call has run) on `device`; `clock()`: the SM clock
+    now (MHz, or None), read between replays, outside the events."""
     n = calls_per_graph(median_ms)
-    out: dict = {"ms": None, "calls": n, "replays": replays, "flush_ms": None, "error": None, "memory": None}
+    out: dict = {"ms": None, "calls": n, "replays": replays, "flush_ms": None, "error": None, "memory": None,
+                 "sm_clock_mhz": None}  # fmt: skip
     graphs, pools = [], []
     try:
         torch.cuda.synchronize(device)
@@ -158,12 +165,17 @@ def graph_time(
             g.replay()  # the first replay uploads the graph
         torch.cuda.synchronize(device)
         times: list[list[float]] = [[] for _ in graphs]
+        clocks: list[float] = []
         for _ in range(replays):
             for g, t in zip(graphs, times, strict=True):
                 t.append(_replay_ms(g))
+            mhz = clock() if clock is not None else None  # after the round's events have synced
+            if mhz is not None:
+                clocks.append(float(mhz))
         whole = statistics.median(times[0])
         flush_ms = statistics.median(times[1]) / n if flush is not None else 0.0
-        out.update(ms=max(whole / n - flush_ms, 0.0), flush_ms=flush_ms if flush is not None else None)
+        out.update(ms=max(whole / n - flush_ms, 0.0), flush_ms=flush_ms if flush is not None else None,
+                   sm_clock_mhz=statistics.median(clocks) if clocks else None)  # fmt: skip
     except KeyboardInterrupt:
         raise
     except Exception as exc:

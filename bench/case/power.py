@@ -39,7 +39,7 @@ class CasePower:
             mark = len(self.monitor)
             samples = self.timer(fn)
             clocks = [c for c in self.monitor.window(mark)["sm_clock_mhz"] if c is not None]
-            return samples, self._median(clocks) or self._clock_now()
+            return samples, self._median(clocks) or self.clock_now()
         readings: list[dict | None] = []
         self.monitor.stop()
         try:
@@ -54,8 +54,11 @@ class CasePower:
             return samples, samples_clock([[n, c] for n, c in zip(samples.chunk_ends, clocks, strict=True)])
         return samples, self._median([c for c in clocks if c is not None])
 
-    def _clock_now(self) -> float | None:
-        """One reading now (a window shorter than one sampling period has none of its own)."""
+    def clock_now(self) -> float | None:
+        """One reading now (a window shorter than one sampling period has none of its own; the CUDA-graph
+        replays'); None without a running monitor."""
+        if not self.available:
+            return None
         now = self.monitor.sample_now() or {}
         return None if now.get("sm_clock_mhz") is None else float(now["sm_clock_mhz"])
 

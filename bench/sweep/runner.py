@@ -90,7 +90,7 @@ class Runner:
         self.writer = ResultsWriter(self.run_dir, meta, existing)
         self.power = CasePower(None, self.settings.power, self.time, sync_for(device))
         # the timed views with each case, the profiled ones after the last timed case (§5); traces under the run folder
-        self.profiling = CaseProfiling(self.settings, device, self.time, self.run_dir)
+        self.profiling = CaseProfiling(self.settings, device, self.time, self.run_dir, clock=self.power.clock_now)
         self.progress = Progress(0, False, log)
         self.interrupted = False
         self.context_lost: str | None = None  # the sticky CUDA error that ended the sweep (bench.case.faults)

@@ -1,5 +1,6 @@
-"""Where the fused dQ's time goes (issue 30, 2026-12-06, eighteenth session): the Hopper backward at
-docs/experiments/pending/issue30-fused-dq.patch timed four ways on one GPU, each compiled fresh (no kernel folder):
+"""Where the fused dQ's time goes (issue 30, 2026-12-06, eighteenth session; not run yet): the Hopper backward with
+`git show d5bd58e:docs/experiments/pending/issue30-fused-dq.patch` applied, timed three ways on one GPU, each compiled
+fresh (no kernel folder):
 FA4's postprocess (unfused), fused, and fused with the conversion's loads and stores skipped (the landing protocol
 alone; dQ then wrong). Run from a tree holding the
 patch: PYTHONPATH=. python3 docs/experiments/fused_dq_probe.py (prints one line a variant and batch)."""

@@ -1,10 +1,10 @@
-"""Issue 30: the longest-first order's own cost and result on the GPU (pending/issue30-longest-first.patch), without
-FA4: the order kernel alone over the production batches' lengths, checked against numpy's stable sort and timed
-from its CUPTI kernel rows (torch.profiler), beside a copy of the same lengths (a floor: one small launch).
+"""Issue 30: the longest-first order's own cost and result on the GPU (kernels/gdpa/hopper/longest_first.py, landed
+2026-12-06), without FA4: the order kernel alone over the production batches' lengths, checked against numpy's stable
+sort and timed from its CUPTI kernel rows (torch.profiler), beside a copy of the same lengths (a floor: one small
+launch).
 
-    # on the GPU machine, in a copy of the checkout with the patch applied:
-    cp -r . /tmp/lfc && cd /tmp/lfc && git apply docs/experiments/pending/issue30-longest-first.patch && \
-        PYTHONPATH=. python3 docs/experiments/longest_first_gpu.py
+    # on the GPU machine, from the repository root:
+    PYTHONPATH=. python3 docs/experiments/longest_first_gpu.py
 """
 
 from __future__ import annotations

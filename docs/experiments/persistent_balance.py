@@ -7,7 +7,7 @@ A tile of a non-causal self-attention sequence of length L costs about ceil(L/12
 production batches (configs/production.yaml's self-attention sets, seed 0) under three schedules: the static stride
 in batch order, a dynamic counter in FA4's order (each CTA takes the next tile when it finishes one), and the static
 stride over tiles sorted longest first (FA4's decoder can take such an order through `virtual_batch_idx`:
-docs/experiments/pending/issue30-longest-first.patch). Bands: the whole batch (`gdpa_hopper`, and auto's plan on
+kernels/gdpa/hopper/longest_first.py since 2026-12-06). Bands: the whole batch (`gdpa_hopper`, and auto's plan on
 hstu_sl), [512, inf) and [1024, inf) (the Hopper stage of the split plans).
 
     PYTHONPATH=. python docs/experiments/persistent_balance.py

@@ -34,6 +34,7 @@ from kernels.gdpa.hopper.cache import (
 )
 from kernels.gdpa.hopper.device_ops import DEVICE_OPS
 from kernels.gdpa.hopper.fwd import GDPAForwardSm90, GDPAForwardSm90Persistent, scores_object
+from kernels.gdpa.hopper.longest_first import longest_first_order
 from kernels.gdpa.hopper.operands import TORCH_TO_CUTE, as_kernel_operand, cute_dtype, filled
 from kernels.gdpa.hopper.persistent import persistent_scheduler
 from kernels.gdpa.hopper.persistent_bwd import backward_scheduler, persistent_backward_scheduler
@@ -67,10 +68,13 @@ def _compile_forward(dtype, head_dim: int, groups: int, activation: str, causal:
     q, o = (make_fake_tensor(dtype, (total_q, h, head_dim), divisibility=div) for _ in range(2))
     k, v = (make_fake_tensor(dtype, (total_k, h_kv, head_dim), divisibility=div) for _ in range(2))
     qk_scale = make_fake_tensor(Float32, (h,), divisibility=1)
-    cu_blocks = fake_i32_vector(b1) if cfg.scheduler_hint else None
+    # longest first: the hint holds [counts (B+1) | order (B)] (persistent.LongestFirstScheduler), another size
+    cu_blocks = fake_i32_vector(sym()) if cfg.longest_first else (fake_i32_vector(b1) if cfg.scheduler_hint else None)
     kernel_cls, scheduler = GDPAForwardSm90, None
+    assert cfg.persistent_ctas or not cfg.longest_first, "longest first is a persistent grid's order"
     if cfg.persistent_ctas:
-        kernel_cls, scheduler = GDPAForwardSm90Persistent, persistent_scheduler(cfg.persistent_ctas)
+        scheduler = persistent_scheduler(cfg.persistent_ctas, cfg.longest_first)
+        kernel_cls = GDPAForwardSm90Persistent
     kernel = kernel_cls(dtype, head_dim, groups, activation=act, is_causal=causal, cfg=cfg)
     with scores_object(act, scheduler):
         return cute.compile(
@@ -140,9 +144,11 @@ def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None, persisten
     )
     with torch.cuda.device(q.device):
         used_q, used_k = _band_vectors(call, band)
-        cu_blocks = None
-        if cfg.scheduler_hint:
-            cu_blocks = tile_counts(call.q_offsets, cfg.tile_m, call.groups if cfg.pack_gqa else 1, used=used_q)
+        cu_blocks, multiplier = None, call.groups if cfg.pack_gqa else 1
+        if cfg.longest_first:
+            cu_blocks = longest_first_order(call.q_offsets, call.kv_offsets, cfg.tile_m, multiplier, used_q, used_k)
+        elif cfg.scheduler_hint:
+            cu_blocks = tile_counts(call.q_offsets, cfg.tile_m, multiplier, used=used_q)
         qk = filled(q.device, (call.heads,), float(call.qk_scale))
         fn(
             q,
@@ -170,7 +176,7 @@ def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None, persisten
             "tile": [cfg.tile_m, cfg.tile_n],
             "pack_gqa": cfg.pack_gqa,
             "scheduler": (f"persistent, {cfg.persistent_ctas} CTAs" if cfg.persistent_ctas else "FA4 one tile per CTA")
-            + (" + tile-count hint" if cfg.scheduler_hint else ""),
+            + (" + longest first" if cfg.longest_first else (" + tile-count hint" if cfg.scheduler_hint else "")),
             "band": band.describe(),
             "activation": call.activation,
             "compile_s": COMPILE_SECONDS.get(key, 0.0),

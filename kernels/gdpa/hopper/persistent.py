@@ -22,13 +22,14 @@ block; the K/V loads still are.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
-from flash_attn.cute.tile_scheduler import SingleTileVarlenScheduler
+from flash_attn.cute.tile_scheduler import SchedulingMode, SingleTileVarlenScheduler
 
 
 class PersistentVarlenScheduler(SingleTileVarlenScheduler):
@@ -59,9 +60,29 @@ class PersistentVarlenScheduler(SingleTileVarlenScheduler):
         return self.get_current_work()
 
 
-def persistent_scheduler(num_ctas: int) -> type:
-    """The scheduler class for a grid of `num_ctas` CTAs."""
-    return type(f"PersistentVarlenScheduler{num_ctas}", (PersistentVarlenScheduler,), {"NUM_CTAS": int(num_ctas)})
+class LongestFirstScheduler(PersistentVarlenScheduler):
+    """The persistent walk over the sequences in the order `longest_first.longest_first_order` wrote on the device,
+    longest keys first, so the static stride's CTAs end together (longest_first.py says why).
+
+    FA4's varlen decoder already walks a `virtual_batch_idx` order (its tile-count hint then counted in that
+    order), but its sm90 forward's `__call__` passes none. The kernel's one per-batch scheduling operand, the
+    tile-count hint, carries both here: [cu (B+1) | order (B)], split into the two again before FA4 builds
+    its decoder from them."""
+
+    @staticmethod
+    def to_underlying_arguments(args, *, scheduling_mode=SchedulingMode.STATIC, loc=None, ip=None):
+        packed, batch = args.cu_total_m_blocks_ptr, args.num_batch
+        counts = cute.make_tensor(packed.iterator, cute.make_layout(batch + 1))
+        order = cute.make_tensor(packed.iterator + (batch + 1), cute.make_layout(batch))
+        args = dataclasses.replace(args, cu_total_m_blocks_ptr=counts, virtual_batch_idx_ptr=order)
+        return SingleTileVarlenScheduler.to_underlying_arguments(args, scheduling_mode=scheduling_mode, loc=loc, ip=ip)
+
+
+def persistent_scheduler(num_ctas: int, longest_first: bool = False) -> type:
+    """The scheduler class for a grid of `num_ctas` CTAs (walking the sequences longest first: its hint
+    operand is `longest_first.longest_first_order`'s)."""
+    base = LongestFirstScheduler if longest_first else PersistentVarlenScheduler
+    return type(f"{base.__name__}{num_ctas}", (base,), {"NUM_CTAS": int(num_ctas)})
 
 
 class DeferredQRelease:

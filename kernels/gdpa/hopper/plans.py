@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from flash_attn.cute.interface import BwdConfig, _tile_size_bwd_sm90
 
+from kernels.gdpa.hopper.longest_first import LONGEST_FIRST_MAX_BATCH
+
 # FA4's varlen scheduler decodes a tile's batch by a warp scan over all sequences unless given the
 # cumulative tile counts; FA4 passes them above this batch size (interface.BIN_BATCH_SEARCH_THRESH)
 SCHEDULER_HINT_MIN_BATCH = 256
@@ -23,6 +25,7 @@ class ForwardConfig:
     scheduler_hint: bool  # cumulative m-block counts handed to FA4's varlen scheduler
     banded: bool = False  # FA4's seqused vectors restrict the launch to one length band (bands.py)
     persistent_ctas: int = 0  # > 0: a persistent grid of this many CTAs (persistent.py); 0: FA4's one tile per CTA
+    longest_first: bool = False  # the persistent grid walks the sequences longest first (longest_first.py)
 
 
 def forward_config(
@@ -30,7 +33,10 @@ def forward_config(
 ) -> ForwardConfig:
     # FA4's sm90 choice (_tile_size_fwd_sm90): 192x128 for head dim 64, 128x128 for 128; P from registers
     tile_m = 192 if head_dim <= 64 else 128
-    return ForwardConfig(tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH, banded, int(persistent_ctas))
+    longest_first = persistent_ctas > 0 and batch <= LONGEST_FIRST_MAX_BATCH
+    return ForwardConfig(
+        tile_m, 128, groups > 1, batch > SCHEDULER_HINT_MIN_BATCH, banded, int(persistent_ctas), longest_first
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,206 @@
+"""The persistent Hopper forward's sequence order (kernels/gdpa/hopper/longest_first.py): the device kernel under
+Triton's interpreter (no GPU, no flash-attn), and the plan and the kernel's compile where flash-attn-4 is there.
+The order's effect on the forward's output is checked on the GPU (tests/test_gdpa_hopper.py: the persistent
+forward bit for bit against FA4's one-tile grid, which walks the batch in its order)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kernels.gdpa.hopper.longest_first import LONGEST_FIRST_MAX_BATCH, longest_first_order
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _offsets(lengths) -> torch.Tensor:
+    return torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
+
+
+def _expected(len_q, len_k, tile, multiplier):
+    len_q, len_k = np.asarray(len_q), np.asarray(len_k)
+    order = np.lexsort((np.arange(len(len_k)), -len_k))  # longest keys first, ties in batch order
+    blocks = -(-len_q[order] * multiplier // tile)
+    return np.concatenate([[0], np.cumsum(blocks)]), order
+
+
+@pytest.mark.parametrize("n", [1, 37, 300])
+@pytest.mark.parametrize("tile,multiplier", [(128, 1), (128, 4), (192, 1)])
+@pytest.mark.parametrize("cross", [False, True])
+def test_the_order_is_longest_keys_first_and_the_counts_follow_it(n, tile, multiplier, cross):
+    rng = np.random.default_rng(n + tile + multiplier)
+    len_q = rng.integers(0, 600, n)
+    len_q[rng.random(n) < 0.1] = 0  # empty sequences sort last and count no tile
+    len_k = rng.integers(0, 600, n) if cross else len_q
+    got = longest_first_order(_offsets(len_q), _offsets(len_k), tile, multiplier).numpy()
+    counts, order = _expected(len_q, len_k, tile, multiplier)
+    assert got.shape == (2 * n + 1,)
+    np.testing.assert_array_equal(got[n + 1 :], order)
+    np.testing.assert_array_equal(got[: n + 1], counts)
+
+
+def test_one_bands_lengths_order_its_sequences_and_leave_the_rest_last():
+    """With FA4's seqused vectors (a banded launch), the sequences outside the band have length 0 there: they
+    count no tile and come after the band's, in batch order."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 3000, 200)
+    used = np.where(lengths >= 1024, lengths, 0)
+    offsets = _offsets(lengths)
+    used_t = torch.tensor(used, dtype=torch.int32)
+    got = longest_first_order(offsets, offsets, 128, 1, used_t, used_t).numpy()
+    counts, order = _expected(used, used, 128, 1)
+    np.testing.assert_array_equal(got[201:], order)
+    np.testing.assert_array_equal(got[:201], counts)
+    inside = int((used > 0).sum())
+    assert set(got[201 : 201 + inside]) == set(np.flatnonzero(used)) and got[200] == got[inside]
+
+
+def test_a_batch_sorted_longest_first_keeps_its_order():
+    lengths = np.array([900, 700, 700, 300, 128, 127, 5, 0, 0])
+    offsets = _offsets(lengths)
+    got = longest_first_order(offsets, offsets, 128).numpy()
+    np.testing.assert_array_equal(got[len(lengths) + 1 :], np.arange(len(lengths)))
+
+
+def test_a_batch_of_several_key_chunks_is_ordered_the_same():
+    """Each program walks the batch's keys in chunks of 512: ties across chunks keep batch order."""
+    rng = np.random.default_rng(11)
+    len_q = rng.integers(0, 40, 1500)  # few distinct lengths: many ties, most across chunks
+    got = longest_first_order(_offsets(len_q), _offsets(len_q), 16).numpy()
+    counts, order = _expected(len_q, len_q, 16, 1)
+    np.testing.assert_array_equal(got[1501:], order)
+    np.testing.assert_array_equal(got[:1501], counts)
+
+
+def test_the_order_is_made_for_at_most_the_limit():
+    offsets = torch.zeros(LONGEST_FIRST_MAX_BATCH + 2, dtype=torch.int32)
+    with pytest.raises(ValueError, match="at most"):
+        longest_first_order(offsets, offsets, 128)
+
+
+def _fa4_decode(tile_idx, heads, counts, order, len_q, tile, multiplier):
+    """FA4's varlen decode in its hint mode (flash_attn/cute/tile_scheduler.py `VarlenDecoder.decode` with
+    `cu_total_m_blocks_ptr` and `virtual_batch_idx_ptr`, `_num_m_blocks`, `_decode_work_tile`), in numpy: a
+    binary search of the counts for the virtual position, the warp's groups of 31 positions whose query-tile
+    counts it reads through the order, the ballot inside the group, then the real sequence. None past the last
+    tile."""
+    n = len(order)
+
+    def blocks(v):
+        return -(-int(len_q[order[v]]) * multiplier // tile) if v < n else 0
+
+    lo, hi = 0, n
+    while lo < hi:  # utils.get_batch_from_cu_tensor
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if counts[mid + 1] <= tile_idx // heads else (lo, mid)
+    group = lo // 31 * 31
+    start = int(counts[group]) * heads
+    while True:
+        if group >= n:
+            return None
+        per = np.array([blocks(v) for v in range(group, group + 31)])
+        cumulative = np.cumsum(per)
+        if start + cumulative[-1] * heads > tile_idx:
+            break
+        start += cumulative[-1] * heads
+        group += 31
+    lane = int(((start + cumulative * heads) <= tile_idx).sum())
+    start += (cumulative[lane - 1] if lane else 0) * heads
+    within = tile_idx - start
+    return int(order[group + lane]), within % per[lane], within // per[lane]  # sequence, query tile, head
+
+
+@pytest.mark.parametrize("trial", range(12))
+def test_fa4s_decoder_walks_every_tile_once_in_that_order(trial):
+    """The counts and the order, read as FA4's decoder reads them, give every (sequence, query tile, head) of the
+    launch exactly once, and the sequences come longest keys first: whole and banded, cross-attention, the GQA
+    multiplier, both forward tiles, over 31-sequence group boundaries."""
+    rng = np.random.default_rng(trial)
+    n, heads = int(rng.integers(1, 140)), int(rng.integers(1, 5))
+    tile, multiplier = (128, 192)[trial % 2], (1, 2, 4)[trial % 3]
+    len_q, len_k = rng.integers(0, 900, n), rng.integers(0, 900, n)
+    len_q[rng.random(n) < 0.2] = 0
+    used = None
+    if trial % 4 == 3:  # one band: FA4's seqused vectors, 0 outside it
+        inside = np.minimum(len_q, len_k) >= 300
+        used = (np.where(inside, len_q, 0), np.where(inside, len_k, 0))
+    got = longest_first_order(
+        _offsets(len_q),
+        _offsets(len_k),
+        tile,
+        multiplier,
+        *(torch.tensor(u, dtype=torch.int32) for u in used or ()),
+    ).numpy()
+    counts, order = got[: n + 1], got[n + 1 :]
+    lq, lk = used if used is not None else (len_q, len_k)
+    walked, t = [], 0
+    while (work := _fa4_decode(t, heads, counts, order, lq, tile, multiplier)) is not None:
+        walked.append(work)
+        t += 1
+    expected = {(b, m, h) for b in range(n) for h in range(heads) for m in range(-(-int(lq[b]) * multiplier // tile))}
+    assert len(walked) == len(set(walked)) and set(walked) == expected
+    first_seen = list(dict.fromkeys(b for b, _, _ in walked))
+    assert all(lk[a] >= lk[b] for a, b in itertools.pairwise(first_seen)), "not longest keys first"
+
+
+_needs_fa4 = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn-4")
+
+
+@_needs_fa4
+def test_only_the_persistent_grid_walks_longest_first():
+    from kernels.gdpa.hopper.plans import forward_config
+
+    assert forward_config(128, 1, 1152, persistent_ctas=132).longest_first
+    assert forward_config(64, 2, 10, banded=True, persistent_ctas=132).longest_first
+    assert not forward_config(128, 1, 1152, persistent_ctas=0).longest_first  # FA4's grid: its own order
+    assert not forward_config(128, 1, LONGEST_FIRST_MAX_BATCH + 1, persistent_ctas=132).longest_first
+
+
+_COMPILE = """
+import dataclasses, os, pathlib
+import cutlass
+from kernels.gdpa.hopper import launch
+dump = pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"])
+def compile_(name, head_dim, groups, causal, banded, longest_first=True):
+    config = launch.forward_config(head_dim, groups, 1152, banded, 132)
+    assert config.longest_first
+    config = dataclasses.replace(config, longest_first=longest_first)
+    launch._compile_forward(cutlass.BFloat16, head_dim, groups, "fast_gelu", causal, config)
+    (ptx,) = dump.glob("cutlass*.ptx")  # named by the signature: the next compile would write over it
+    print(name, ptx.rename(dump / f"{name}.ptx"))
+compile_("BATCH_ORDER", 128, 1, False, False, longest_first=False)
+compile_("LONGEST_FIRST", 128, 1, False, False)
+compile_("BANDED", 128, 1, False, True)
+compile_("CAUSAL_GQA", 128, 2, True, False)
+compile_("D64", 64, 1, False, True)
+"""
+
+
+def _params(ptx: str) -> int:
+    start = ptx.index(".entry")
+    return ptx[start : ptx.index(")", start)].count(".param")
+
+
+@_needs_fa4
+def test_the_longest_first_forward_cross_compiles(tmp_path):
+    """Cross-compiled for sm_90a (no GPU): the persistent forward with its hint operand split into the tile counts
+    and FA4's virtual batch order (persistent.LongestFirstScheduler) builds whole and banded, causal with GQA
+    packing, and at head dim 64; the kernel takes the order as one operand more than the batch-order one and
+    reads each tile's sequence length through it (global loads where the batch order reads its own)."""
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _COMPILE], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = {name: Path(path).read_text() for name, path in (line.split(" ", 1) for line in run.stdout.splitlines())}
+    assert set(found) == {"BATCH_ORDER", "LONGEST_FIRST", "BANDED", "CAUSAL_GQA", "D64"}
+    assert _params(found["LONGEST_FIRST"]) == _params(found["BATCH_ORDER"]) + 1
+    assert found["LONGEST_FIRST"].count("ld.global") > found["BATCH_ORDER"].count("ld.global")
