@@ -1,9 +1,9 @@
 """Where the fused dQ's time goes (issue 30, 2026-12-06, eighteenth session; not run yet): the Hopper backward with
-`git show d5bd58e:docs/experiments/pending/issue30-fused-dq.patch` applied, timed three ways on one GPU, each compiled
-fresh (no kernel folder):
-FA4's postprocess (unfused), fused, and fused with the conversion's loads and stores skipped (the landing protocol
-alone; dQ then wrong). Run from a tree holding the
-patch: PYTHONPATH=. python3 docs/experiments/fused_dq_probe.py (prints one line a variant and batch)."""
+docs/experiments/pending/issue30-fused-dq-v2.patch applied (LAG and the conversion's addressing are v2's), timed four
+ways on one GPU, each compiled fresh (no kernel folder): FA4's postprocess (unfused), fused (LAG 4), fused with its
+landings one block behind (LAG 1, the first build's wait), and fused with the conversion's loads and stores skipped
+(the landing protocol alone; dQ then wrong). From a tree holding the patch:
+PYTHONPATH=. python3 docs/experiments/fused_dq_probe.py (one line a variant and batch)."""
 
 import dataclasses
 import statistics
@@ -46,6 +46,7 @@ def variant(name):
     for k, fn in original.items():
         setattr(dq_fused.FusedDQStore, k, fn)
     fused = name != "unfused"
+    dq_fused.FusedDQStore.LAG = 1 if name == "fused-lag1" else 4
     launch.backward_plan = lambda *a, **k: dataclasses.replace(plan0, fused_dq=fused)
     if name == "no-convert":
         import cutlass.cute as cute
@@ -63,7 +64,7 @@ def variant(name):
         dq_fused.FusedDQStore._convert = convert
 
 
-for name in ("unfused", "fused", "no-convert"):
+for name in ("unfused", "fused", "fused-lag1", "no-convert"):
     variant(name)
     for bname, lengths in batches.items():
         batch = make_batch(lengths, lengths, H=4, Hkv=4, D=128, dtype=torch.bfloat16, device="cuda", seed=1)
