@@ -133,3 +133,23 @@ def test_each_run_names_its_card_and_a_coarse_energy_counter_gives_the_samples_p
     (run / "results.json").write_text(json.dumps({"schema": "gdpa-bench/1", "meta": meta, "cases": cases}))
     bars.main([str(run)])
     assert "proxy" not in capsys.readouterr().out.splitlines()[0]
+
+
+def test_a_host_bound_side_gives_its_kernel_time_and_a_profiler_only_flag_is_not_believed(tmp_path, capsys):
+    """The H200 peers run of 2026-12-06: `gdpa`'s samples read 0.40 ms of a 0.229 ms kernel (host work 0.306 ms a
+    call back to back) where HSTU's read 0.231 of 0.233; both records carried `host_bound` (the profiled pass's,
+    no CUDA graph). The line names gdpa host-bound with its kernel time and back-to-back time and the kernel-time
+    ratio, and not HSTU, whose samples are its kernel's."""
+    fwd = "causal_silu_256/fwd/L=256/fill=0.5"
+    cases = [
+        _case(
+            fwd, "gdpa", 0.4017, host_bound=True, kernels={"sum_ms": 0.2286}, power={"calls": 982, "seconds": 0.3006}
+        ),
+        _case(fwd, "hstu", 0.2306, host_bound=True, kernels={"sum_ms": 0.2329}, power={"calls": 1295, "seconds": 0.3}),
+    ]
+    assert bars.main([str(_run(tmp_path, "prod", [])), "--peers", str(_run(tmp_path, "peers", cases))]) == 1
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith(f"FAIL  {fwd}: gdpa vs hstu 0.57x")]
+    assert line.endswith("— gdpa host-bound: kernels 0.229 ms a call, 0.306 ms back to back; in kernel time 1.02x"), (
+        line
+    )
+    assert "hstu host-bound" not in line

@@ -12,7 +12,9 @@ per comparison, the failing ones marked; exit 1 when any bar fails. A failing ti
 (issue 30: "a bar that cannot be met is reported as measured, with the evidence"): each side's SM clock and
 power (energy counter), `at cap` where NVML named the software power cap through the samples, and the ratio
 in SM cycles (median × clock) — at the 700 W cap a kernel's time follows its energy per call, so a bar that
-fails in time but holds in cycles is an energy bar, not a cycle one (kernels/gdpa/PERF.md). Where a case's
+fails in time but holds in cycles is an energy bar, not a cycle one (kernels/gdpa/PERF.md); a side whose call
+outran its kernels (`host_bound`) says so, with its kernel time a call and its energy loop's time a call, and the
+ratio in kernel time: there the host's work set the time. Where a case's
 energy loop was too short for the counter to resolve 5% (`results.power.counter_resolves`: an H100 steps it every
 ~90 ms, and 0.3 s loops read 839 W on a 700 W card), the samples' average is shown instead, marked `(samples)`.
 Each run's first line names its GPU, commit and sample window: the issue's bars are the H200's, so a run on
@@ -29,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from results.figures import HOST_BOUND_IDLE
 from results.files import read_results, results_path
 from results.power import counter_resolves
 
@@ -81,12 +84,35 @@ def why(slow: dict | None, fast: dict | None) -> str:
         return " ".join(f for f in facts if f)
 
     sides = [(c["provider"], side(c)) for c in (slow, fast)]
+    host = host_bound(slow, fast)
     if not any(facts for _, facts in sides):  # a run without clocks or power (CPU, monitor off)
-        return ""
+        return f" —{host[1:]}" if host else ""
     text = " — " + ", ".join(f"{who} {facts}".rstrip() for who, facts in sides)
     if slow.get("sm_clock_mhz") and fast.get("sm_clock_mhz"):
         cycles = slow["median_ms"] * slow["sm_clock_mhz"] / (fast["median_ms"] * fast["sm_clock_mhz"])
         text += f"; in SM cycles {cycles:.2f}x"
+    return text + host
+
+
+def host_bound(slow: dict, fast: dict) -> str:
+    """`; gdpa host-bound: kernels 0.229 ms a call, 0.306 ms back to back; in kernel time 1.02x` where a side's
+    call outran its kernels: the op's host work, not the GPU, set that side's time. A side counts where its record
+    says `host_bound` and its timed median is over its kernel time by more than the harness's idle share: without a
+    CUDA-graph time the record's flag is the profiled pass's, whose own host time per launch also flags calls the
+    samples show GPU-bound (HSTU's 0.231 ms samples of a 0.233 ms kernel, the H200 peers run of 2026-12-06)."""
+    text = ""
+    for c in (slow, fast):
+        kernel_ms = (c.get("kernels") or {}).get("sum_ms")
+        if not c.get("host_bound") or (kernel_ms and kernel_ms >= (1 - HOST_BOUND_IDLE) * c["median_ms"]):
+            continue
+        power = c.get("power") or {}
+        facts = [f"kernels {kernel_ms:.3f} ms a call" if kernel_ms else ""]
+        if power.get("calls") and power.get("seconds"):
+            facts.append(f"{power['seconds'] / power['calls'] * 1e3:.3f} ms back to back")
+        text += f"; {c['provider']} host-bound" + (": " + ", ".join(f for f in facts if f) if any(facts) else "")
+    sums = [(c.get("kernels") or {}).get("sum_ms") for c in (slow, fast)]
+    if text and all(sums):
+        text += f"; in kernel time {sums[0] / sums[1]:.2f}x"
     return text
 
 
