@@ -7,7 +7,8 @@ the 2-core CI machine with its launch stubbed out. That case ran right after HST
 process; HSTU's module sets Triton's global allocator (`triton.set_allocator`) and imports its peer package.
 
 In one fresh process, on that case's batch: the op's host time per call (200 calls, no sync between them) and
-300 ms of event-timed samples as the harness takes them, for `gdpa` and `gdpa_triton`, then the same again after
+300 ms of event-timed samples as the harness takes them, for `gdpa`, `gdpa_triton` and the op called without the
+provider's `record`, then the same again after
 HSTU's provider ran the case once (its compile and autotune), then after gc.collect() + gc.freeze(); the
 non-causal set1/fwd/L=256/fill=0.5 beside it at each stage. Each row also says whether Triton's launch hooks are
 set. Run it from the repository root on the GPU machine (the peers' checkouts in .peers/):
@@ -25,9 +26,15 @@ import triton
 
 from bench.case.timing import time_cuda
 from bench.config.models import load_config
+from kernels.gdpa import gdpa
 from kernels.registry import get_provider
 
 CASES = ("causal_silu_256/fwd/L=256/fill=0.5", "set1/fwd/L=256/fill=0.5")
+
+
+def no_grad_op(batch, spec):
+    with torch.no_grad():  # as the registry's forward closure runs it
+        return gdpa(*batch.call_args(), **spec.gdpa_math())
 
 
 def host_us(fn, calls: int = 200) -> float:
@@ -47,8 +54,10 @@ def main() -> None:
     for prefix in CASES:
         case = next(c for c in config.cases if c.id == f"{prefix}/gdpa")
         batch = case.workload.batch(d, case.workload.lengths())
-        for name in ("gdpa", "gdpa_triton"):
-            fn = get_provider(name).build(batch, case.spec, case.mode)
+        fns = {name: get_provider(name).build(batch, case.spec, case.mode) for name in ("gdpa", "gdpa_triton")}
+        # the public op as a user calls it, without the harness's `record` (the provider passes one)
+        fns["op-no-record"] = lambda batch=batch, spec=case.spec: no_grad_op(batch, spec)
+        for name, fn in fns.items():
             fn()  # compile, autotune, auto's measurement: outside every figure below
             built[(prefix, name)] = fn
         if prefix.startswith("causal"):
