@@ -1,8 +1,8 @@
 """Issue 30: a persistent forward whose one loop runs every (query tile, key block) of the short-key work.
 
-Where keys are few (Meta's set 2: every sequence's K/V 256 rows; set 1 at L = 256; the self-attention bands
-below 256), fwd.py's program per (query tile, sequence·head) runs 2-8 key blocks between a cold start (offsets,
-then Q and the first K/V) and an O store, so the pipeline fills and drains once per tile. Here a few programs
+Where keys are few (Meta's set 2 and production's short_kv: every sequence's K/V 256 rows; set 1 at L = 256),
+fwd.py's program per (query tile, sequence·head) runs 2-8 key blocks between a cold start (offsets, then Q and
+the first K/V) and an O store, so the pipeline fills and drains once per tile. Here a few programs
 per SM walk a list of (sequence, query tile) items × heads, and the key loop has a constant trip count
 (KV_BLOCKS = cdiv(max keys, BLOCK_N)): Triton's `tl.range(..., flatten=True)` (its FuseNestedLoops pass, the
 persistent-matmul tutorial's loop) then makes the item and key loops one loop, so the loads of the next item's
@@ -13,10 +13,11 @@ near their max: set 2 (fixed 256), set 1 (fixed L), not a jagged self-attention 
 The item list is built on the device (cumsum + searchsorted over the per-sequence tile counts, no host sync);
 its cost is timed apart. What it answers, on the GPU (CUDA-graph medians, L2 not flushed: the batch is ~0.3-2 GB):
 
-    PYTHONPATH=. python docs/experiments/flat_fwd_gpu.py [--reps 50] > $OUT/flat_fwd.jsonl
+    PYTHONPATH=. python docs/experiments/flat_fwd_gpu.py [--reps 50] [--only NAME ...] [--op] > $OUT/flat_fwd.jsonl
 
 one JSON line a (shape, variant): the variant's median ms, TFLOP/s, its max error against fwd.py's output, and
-`fwd.py autotuned` (what the op's Triton backend runs) beside it. Variants: FLATTEN on/off × tiles, and
+`fwd.py autotuned` (what the op's Triton backend runs) beside it; with --op (FA4 installed, the Hopper kernels
+in $GDPA_HOPPER_KERNEL_DIR) also `gdpa` as users call it (auto's plan). Variants: FLATTEN on/off × tiles, and
 `kvres` where every key length is ≤ 256: one program per (sequence, head) holding K and V in shared memory
 while it walks the query tiles (only Q loaded in its loop).
 """
@@ -280,12 +281,14 @@ def flat_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, tiles, flatten, 
     return out
 
 
-SHAPES = {  # configs/peers-h200.yaml's sets 1 and 2 (seed 0): name -> (max_len, fill, kv_len)
-    "set2/L=2048": (2048, 1.0, 256),
-    "set2/L=512": (512, 1.0, 256),
-    "set1/L=256/fill=1.0": (256, 1.0, 256),
-    "set1/L=256/fill=0.5": (256, 0.5, 256),
-    "set1/L=512/fill=0.5": (512, 0.5, 512),
+SHAPES = {  # configs/peers-h200.yaml's sets 1 and 2, configs/production.yaml's short_kv (seed 0, unsorted):
+    # name -> (family, family params, kv rule, rule params, max_len)
+    "set2/L=2048": ("uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, 2048),
+    "set2/L=512": ("uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, 512),
+    "set1/L=256/fill=1.0": ("uniform_fill", {"fill": 1.0}, "fixed_kv", {}, 256),
+    "set1/L=256/fill=0.5": ("uniform_fill", {"fill": 0.5}, "fixed_kv", {}, 256),
+    "set1/L=512/fill=0.5": ("uniform_fill", {"fill": 0.5}, "fixed_kv", {}, 512),
+    "short_kv/L=4096": ("lognormal", {"preset": "ml-20m"}, "fixed_kv", {"kv_len": 256}, 4096),
 }
 TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3, 128), (128, 128, 8, 2), (64, 64, 4, 3, 168), (64, 128, 4, 2)]
 KVRES_TILES = [
@@ -295,21 +298,21 @@ KVRES_TILES = [
 ]  # ptxas sm_90a: 255 regs (4 B spilled), no spill, 4 B
 
 
-def batch(max_len: int, fill: float, kv_len: int, device, dtype):
+def batch(family: str, params: dict, rule: str, rule_params: dict, max_len: int, device, dtype):
     import numpy as np
     import torch
 
-    from workloads.lengths import sample_lengths
+    from workloads.pairing import build_lengths
 
-    lq = sample_lengths("uniform_fill", B, max_len, seed=0, fill=fill)
-    lk = np.full(B, kv_len)
+    lq, lk = build_lengths(family, params, rule, rule_params, batch_size=B, max_len=max_len, seed=0)
+    lq, lk = np.asarray(lq, dtype=np.int64), np.asarray(lk, dtype=np.int64)
     g = torch.Generator(device=device).manual_seed(0)
     q = (torch.randn(int(lq.sum()), H, D, generator=g, device=device) * D**-0.25).to(dtype)
     k, v = ((torch.randn(int(lk.sum()), H, D, generator=g, device=device) * D**-0.25).to(dtype) for _ in range(2))
     qo = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device=device)
     ko = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device=device)
     flop = 4.0 * H * D * float((lq.astype(np.float64) * lk).sum())
-    return q, k, v, qo, ko, int(lq.max()), kv_len, flop
+    return q, k, v, qo, ko, int(lq.max()), int(lk.max()), flop
 
 
 def graph_ms(fn, reps: int) -> float:
@@ -354,19 +357,27 @@ def measured(row: dict, run, ref, flop: float, reps: int) -> dict:
     return row
 
 
-def shape_rows(name: str, max_len: int, fill: float, kv_len: int, reps: int, per_sms) -> None:
+def shape_rows(name: str, workload: tuple, reps: int, per_sms, op: bool) -> None:
     import torch
 
     from kernels.gdpa import fwd as gdpa_fwd
     from kernels.gdpa.call import GDPACall
 
-    q, k, v, qo, ko, max_q, max_kv, flop = batch(max_len, fill, kv_len, torch.device("cuda"), torch.bfloat16)
+    q, k, v, qo, ko, max_q, max_kv, flop = batch(*workload, torch.device("cuda"), torch.bfloat16)
     call = GDPACall(q, k, v, qo, ko, max_q, max_kv)
     record: dict = {}
     ref = gdpa_fwd.forward(call, record=record)
     ms = graph_ms(lambda: gdpa_fwd.forward(call), reps)
     row = {"shape": name, "variant": "fwd.py autotuned", "tiles": record["fwd"]["tiles"], "ms": ms}
     print(json.dumps(row | {"tflops": flop / ms / 1e9}), flush=True)
+    if op:
+        from kernels.gdpa import gdpa
+
+        def public(out=None):
+            with torch.no_grad():
+                return gdpa(q, k, v, qo, ko, max_q, max_kv)
+
+        print(json.dumps(measured({"shape": name, "variant": "gdpa (auto)"}, public, ref, flop, reps)), flush=True)
     plans = {}
     for tiles in TILES:
         bm = tiles[0]
@@ -391,10 +402,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--per-sm", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", nargs="*", default=None, help="shape names (default: all)")
+    ap.add_argument("--op", action="store_true", help="also the public op with its defaults")
     args = ap.parse_args()
-    for name, (max_len, fill, kv_len) in SHAPES.items():
+    for name, workload in SHAPES.items():
         if args.only is None or name in args.only:
-            shape_rows(name, max_len, fill, kv_len, args.reps, args.per_sm)
+            shape_rows(name, workload, args.reps, args.per_sm, args.op)
 
 
 if __name__ == "__main__":
