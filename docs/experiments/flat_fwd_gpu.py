@@ -378,6 +378,13 @@ def shape_rows(name: str, workload: tuple, reps: int, per_sms, op: bool) -> None
                 return gdpa(q, k, v, qo, ko, max_q, max_kv)
 
         print(json.dumps(measured({"shape": name, "variant": "gdpa (auto)"}, public, ref, flop, reps)), flush=True)
+    for tiles in TILES:  # the same tiles on fwd.py: persistence and the flattened loop apart from the tile shape
+        run = functools.partial(gdpa_fwd.forward, call, tiles=tiles)
+        print(
+            json.dumps(
+                measured({"shape": name, "variant": "fwd.py pinned", "tiles": list(tiles)}, run, ref, flop, reps)
+            )
+        )
     plans = {}
     for tiles in TILES:
         bm = tiles[0]
