@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kernels.gdpa.activations import act_fwd_scaled, p_fold  # noqa: E402
+from kernels.gdpa.bands import sequence_in_band  # noqa: E402
 
 B, H, D = 1152, 4, 128
 
@@ -139,6 +140,8 @@ def kvres_fwd_kernel(
     stride_oh,
     alpha,
     qk_scale,
+    band_lo,
+    band_hi,
     H: tl.constexpr,
     GROUPS: tl.constexpr,
     D: tl.constexpr,
@@ -152,10 +155,9 @@ def kvres_fwd_kernel(
     # shared memory while the loop walks the sequence's query tiles (only Q is loaded in the loop, pipelined)
     b = tl.program_id(0) // H
     h = tl.program_id(0) % H
-    q_start = tl.load(q_offsets + b)
-    lq = tl.load(q_offsets + b + 1) - q_start
-    kv_start = tl.load(kv_offsets + b)
-    lk = tl.load(kv_offsets + b + 1) - kv_start
+    q_start, lq, kv_start, lk, outside = sequence_in_band(q_offsets, kv_offsets, b, band_lo, band_hi)
+    if outside:
+        return
     hk = h // GROUPS
     offs_d = tl.arange(0, D)
     offs_n = tl.arange(0, HALF)
@@ -180,8 +182,9 @@ def kvres_fwd_kernel(
         tl.store(o_ptrs, (acc * o_scale).to(Out.dtype.element_ty), mask=q_ok)
 
 
-def kvres_forward(q, k, v, q_offsets, kv_offsets, tiles, out=None):
-    """kvres_fwd_kernel over a batch whose every key length is ≤ 2·HALF (tiles: BLOCK_M, HALF, warps, stages)."""
+def kvres_forward(q, k, v, q_offsets, kv_offsets, tiles, band=(0, 1 << 30), out=None):
+    """kvres_fwd_kernel over the sequences of `band` (min(Lq, Lk) in [lo, hi)), every one of them with ≤ 2·HALF
+    keys (tiles: BLOCK_M, HALF, warps, stages)."""
     import torch
 
     bm, half, warps, stages = tiles[:4]
@@ -204,6 +207,8 @@ def kvres_forward(q, k, v, q_offsets, kv_offsets, tiles, out=None):
         out.stride(1),
         1.0,
         1.0,
+        band[0],
+        band[1],
         H=q.shape[1],
         GROUPS=q.shape[1] // k.shape[1],
         D=q.shape[2],
@@ -219,13 +224,14 @@ def kvres_forward(q, k, v, q_offsets, kv_offsets, tiles, out=None):
     return out
 
 
-def item_list(q_offsets, block_m: int, max_q: int):
-    """(items, n_items) on the device: every (sequence, query tile) in order, no host sync (the list is sized
-    by the host's bound batch × cdiv(max_q, block_m); n_items is read by the kernel)."""
+def item_list(q_offsets, kv_offsets, block_m: int, max_q: int, band=(0, 1 << 30)):
+    """(items, n_items) on the device: every (sequence, query tile) of the sequences of `band` in order, no host
+    sync (the list is sized by the host's bound batch × cdiv(max_q, block_m); n_items is read by the kernel)."""
     import torch
 
     lq = (q_offsets[1:] - q_offsets[:-1]).to(torch.int64)
-    tiles = (lq + block_m - 1) // block_m
+    key = torch.minimum(lq, (kv_offsets[1:] - kv_offsets[:-1]).to(torch.int64))
+    tiles = torch.where((key >= band[0]) & (key < band[1]), (lq + block_m - 1) // block_m, 0)
     ends = torch.cumsum(tiles, 0)
     bound = int(q_offsets.shape[0] - 1) * triton.cdiv(max(max_q, 1), block_m)
     j = torch.arange(bound, device=q_offsets.device)
@@ -237,11 +243,13 @@ def item_list(q_offsets, block_m: int, max_q: int):
 
 
 def flat_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, tiles, flatten, per_sm, out=None, plan=None):
+    """flat_fwd_kernel over `plan` (item_list's; the whole batch when None); max_kv bounds the keys of every
+    sequence the plan holds (it sets the key loop's trip count)."""
     import torch
 
     bm, bn, warps, stages = tiles[:4]
     out = torch.empty_like(q) if out is None else out
-    items, n_items = plan if plan is not None else item_list(q_offsets, bm, max_q)
+    items, n_items = plan if plan is not None else item_list(q_offsets, kv_offsets, bm, max_q)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 1
     grid = (max(1, min(items.shape[0] * q.shape[1], sms * per_sm)),)
     extra = {"maxnreg": tiles[4]} if len(tiles) > 4 else {}
@@ -283,12 +291,17 @@ def flat_forward(q, k, v, q_offsets, kv_offsets, max_q, max_kv, tiles, flatten, 
 
 SHAPES = {  # configs/peers-h200.yaml's sets 1 and 2, configs/production.yaml's short_kv (seed 0, unsorted):
     # name -> (family, family params, kv rule, rule params, max_len)
+    # (a sixth item, a band (lo, hi): only the sequences with lo <= min(Lq, Lk) < hi)
     "set2/L=2048": ("uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, 2048),
     "set2/L=512": ("uniform_fill", {"fill": 1.0}, "fixed_kv", {"kv_len": 256}, 512),
     "set1/L=256/fill=1.0": ("uniform_fill", {"fill": 1.0}, "fixed_kv", {}, 256),
     "set1/L=256/fill=0.5": ("uniform_fill", {"fill": 0.5}, "fixed_kv", {}, 256),
     "set1/L=512/fill=0.5": ("uniform_fill", {"fill": 0.5}, "fixed_kv", {}, 512),
     "short_kv/L=4096": ("lognormal", {"preset": "ml-20m"}, "fixed_kv", {"kv_len": 256}, 4096),
+    # self-attention bands of production's log-normal max-2048 batch (PERF.md "Each backend over each band")
+    "lognormal/L=2048 [0, 128)": ("lognormal", {"preset": "ml-20m"}, "self", {}, 2048, (0, 128)),
+    "lognormal/L=2048 [128, 256)": ("lognormal", {"preset": "ml-20m"}, "self", {}, 2048, (128, 256)),
+    "lognormal/L=2048 [0, 256)": ("lognormal", {"preset": "ml-20m"}, "self", {}, 2048, (0, 256)),
 }
 TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3, 128), (128, 128, 8, 2), (64, 64, 4, 3, 168), (64, 128, 4, 2)]
 KVRES_TILES = [
@@ -298,7 +311,9 @@ KVRES_TILES = [
 ]  # ptxas sm_90a: 255 regs (4 B spilled), no spill, 4 B
 
 
-def batch(family: str, params: dict, rule: str, rule_params: dict, max_len: int, device, dtype):
+def batch(family: str, params: dict, rule: str, rule_params: dict, max_len: int, band=None, *, device, dtype):
+    """(q, k, v, q_offsets, kv_offsets, max_q, max_kv, flop, rows): max_kv and flop over the band's sequences,
+    rows the band's query rows (a bool mask on the device)."""
     import numpy as np
     import torch
 
@@ -311,8 +326,11 @@ def batch(family: str, params: dict, rule: str, rule_params: dict, max_len: int,
     k, v = ((torch.randn(int(lk.sum()), H, D, generator=g, device=device) * D**-0.25).to(dtype) for _ in range(2))
     qo = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device=device)
     ko = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device=device)
-    flop = 4.0 * H * D * float((lq.astype(np.float64) * lk).sum())
-    return q, k, v, qo, ko, int(lq.max()), int(lk.max()), flop
+    key = np.minimum(lq, lk)
+    inside = np.ones(B, bool) if band is None else (key >= band[0]) & (key < band[1])
+    flop = 4.0 * H * D * float((lq[inside].astype(np.float64) * lk[inside]).sum())
+    rows = torch.tensor(np.repeat(inside, lq), device=device)
+    return q, k, v, qo, ko, int(lq.max()), int(lk[inside].max()), flop, rows
 
 
 def graph_ms(fn, reps: int) -> float:
@@ -341,7 +359,7 @@ def graph_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def measured(row: dict, run, ref, flop: float, reps: int) -> dict:
+def measured(row: dict, run, ref, flop: float, reps: int, rows) -> dict:
     """row + the variant's max error against fwd.py and its CUDA-graph median; a config that does not compile or
     fit is a row with its error, not the end of the probe."""
     import torch
@@ -349,7 +367,7 @@ def measured(row: dict, run, ref, flop: float, reps: int) -> dict:
     try:
         out = run(out=None)
         torch.cuda.synchronize()
-        row["max_err"] = float((out.float() - ref.float()).abs().max())
+        row["max_err"] = float((out[rows].float() - ref[rows].float()).abs().max())
         ms = graph_ms(lambda: run(out=out), reps)
         row.update(ms=ms, tflops=flop / ms / 1e9)
     except Exception as e:
@@ -361,47 +379,53 @@ def shape_rows(name: str, workload: tuple, reps: int, per_sms, op: bool) -> None
     import torch
 
     from kernels.gdpa import fwd as gdpa_fwd
+    from kernels.gdpa.bands import WHOLE, Band
     from kernels.gdpa.call import GDPACall
 
-    q, k, v, qo, ko, max_q, max_kv, flop = batch(*workload, torch.device("cuda"), torch.bfloat16)
-    call = GDPACall(q, k, v, qo, ko, max_q, max_kv)
+    family, params, rule, rule_params, max_len, *banded = workload
+    band = banded[0] if banded else None
+    q, k, v, qo, ko, max_q, max_kv, flop, rows = batch(
+        family, params, rule, rule_params, max_len, band, device=torch.device("cuda"), dtype=torch.bfloat16
+    )
+    call = GDPACall(q, k, v, qo, ko, max_q, int((ko[1:] - ko[:-1]).max()))
+    whole = WHOLE if band is None else Band(*band)
+    kernel_band = (0, 1 << 30) if band is None else band
     record: dict = {}
-    ref = gdpa_fwd.forward(call, record=record)
-    ms = graph_ms(lambda: gdpa_fwd.forward(call), reps)
-    row = {"shape": name, "variant": "fwd.py autotuned", "tiles": record["fwd"]["tiles"], "ms": ms}
+    ref = gdpa_fwd.forward(call, whole, record=record)
+    ms = graph_ms(lambda: gdpa_fwd.forward(call, whole), reps)
+    tiles = next(v["tiles"] for key, v in record.items() if key.startswith("fwd"))
+    row = {"shape": name, "variant": "fwd.py autotuned", "tiles": tiles, "ms": ms}
     print(json.dumps(row | {"tflops": flop / ms / 1e9}), flush=True)
-    if op:
+
+    def show(row, run):
+        print(json.dumps(measured(row, run, ref, flop, reps, rows)), flush=True)
+
+    if op and band is None:
         from kernels.gdpa import gdpa
 
         def public(out=None):
             with torch.no_grad():
-                return gdpa(q, k, v, qo, ko, max_q, max_kv)
+                return gdpa(q, k, v, qo, ko, call.max_q, call.max_kv)
 
-        print(json.dumps(measured({"shape": name, "variant": "gdpa (auto)"}, public, ref, flop, reps)), flush=True)
+        show({"shape": name, "variant": "gdpa (auto)"}, public)
     for tiles in TILES:  # the same tiles on fwd.py: persistence and the flattened loop apart from the tile shape
-        run = functools.partial(gdpa_fwd.forward, call, tiles=tiles)
-        print(
-            json.dumps(
-                measured({"shape": name, "variant": "fwd.py pinned", "tiles": list(tiles)}, run, ref, flop, reps)
-            )
-        )
+        show({"shape": name, "variant": "fwd.py pinned", "tiles": list(tiles)},
+             functools.partial(gdpa_fwd.forward, call, whole, tiles))  # fmt: skip
     plans = {}
     for tiles in TILES:
         bm = tiles[0]
         if bm not in plans:
-            plans[bm] = item_list(qo, bm, max_q)
-            pms = graph_ms(lambda: item_list(qo, bm, max_q), reps)  # noqa: B023 (called at once)
+            plans[bm] = item_list(qo, ko, bm, max_q, kernel_band)
+            pms = graph_ms(functools.partial(item_list, qo, ko, bm, max_q, kernel_band), reps)
             print(json.dumps({"shape": name, "variant": f"item list BLOCK_M {bm}", "ms": pms}), flush=True)
         for flatten in (True, False):
             for per_sm in per_sms:
                 row = {"shape": name, "variant": f"flat flatten={flatten} per_sm={per_sm}", "tiles": list(tiles)}
-                run = functools.partial(
-                    flat_forward, q, k, v, qo, ko, max_q, max_kv, tiles, flatten, per_sm, plan=plans[bm]
-                )
-                print(json.dumps(measured(row, run, ref, flop, reps)), flush=True)
+                show(row, functools.partial(flat_forward, q, k, v, qo, ko, max_q, max_kv, tiles, flatten, per_sm,
+                                            plan=plans[bm]))  # fmt: skip
     for tiles in KVRES_TILES if max_kv <= 2 * 128 else []:
-        run = functools.partial(kvres_forward, q, k, v, qo, ko, tiles)
-        print(json.dumps(measured({"shape": name, "variant": "kvres", "tiles": list(tiles)}, run, ref, flop, reps)))
+        show({"shape": name, "variant": "kvres", "tiles": list(tiles)},
+             functools.partial(kvres_forward, q, k, v, qo, ko, tiles, kernel_band))  # fmt: skip
 
 
 def main() -> None:
