@@ -431,7 +431,7 @@ def shape_rows(name: str, workload: tuple, reps: int, per_sms, op: bool) -> None
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--per-sm", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--per-sm", type=int, nargs="+", default=[2])
     ap.add_argument("--only", nargs="*", default=None, help="shape names (default: all)")
     ap.add_argument("--op", action="store_true", help="also the public op with its defaults")
     args = ap.parse_args()
