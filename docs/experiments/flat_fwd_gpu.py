@@ -330,7 +330,7 @@ def batch(family: str, params: dict, rule: str, rule_params: dict, max_len: int,
     inside = np.ones(B, bool) if band is None else (key >= band[0]) & (key < band[1])
     flop = 4.0 * H * D * float((lq[inside].astype(np.float64) * lk[inside]).sum())
     rows = torch.tensor(np.repeat(inside, lq), device=device)
-    return q, k, v, qo, ko, int(lq.max()), int(lk[inside].max()), flop, rows
+    return q, k, v, qo, ko, int(lq.max()), int(lk[inside].max(initial=0)), flop, rows
 
 
 def graph_ms(fn, reps: int) -> float:
