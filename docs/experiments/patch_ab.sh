@@ -9,12 +9,14 @@
 #     'bash docs/experiments/patch_ab.sh docs/experiments/pending/NAME.patch CONFIG.yaml kernels:600'
 #   bash docs/experiments/h200_session.sh tests-wait 540     # /tmp/gt/ab-<NAME>.tgz: both runs and the comparison
 # Groups after CONFIG: gpu_tests.sh GROUP[:SECONDS] in the patched copy, logs under /tmp/gt/<NAME>/.
-# AB_DRY=1: only make the two copies (a check on any machine).
+# AB_DRY=1: only make the two copies (a check on any machine). AB_TAG=T: results in /tmp/runs-ab/<NAME>-T and
+# /tmp/gt/ab-<NAME>-T.tgz (a second A/B of the same patch).
 set -uo pipefail
 patch=${1:?usage: patch_ab.sh PATCH CONFIG [GROUP[:S] ...]} config=${2:?config}
 shift 2
 name=$(basename "$patch" .patch)
-R=/tmp/runs-ab/$name SHA=${GDPA_GIT_SHA:-$(git rev-parse HEAD)}
+run_name=$name${AB_TAG:+-$AB_TAG}  # AB_TAG: two A/Bs of one patch keep their results apart
+R=/tmp/runs-ab/$run_name SHA=${GDPA_GIT_SHA:-$(git rev-parse HEAD)}
 log() { echo "[$(date +%T)] $*"; }
 [ -f "$patch" ] && [ -f "$config" ] || { echo "patch_ab.sh: no such patch or config: $patch $config" >&2; exit 2; }
 rm -rf "$R" && mkdir -p "$R" /tmp/gt
@@ -36,7 +38,7 @@ run after "$SHA + $name (pending patch)"
 (cd "/tmp/ab-$name-after" && PYTHONPATH="/tmp/ab-$name-after:${PYTHONPATH:-}" python3 -m bench compare "$R/before" "$R/after") \
   > "$R/compare.txt" 2>&1
 tail -n 40 "$R/compare.txt"
-tar czf "/tmp/gt/ab-$name.tgz" -C /tmp/runs-ab "$name"
+tar czf "/tmp/gt/ab-$run_name.tgz" -C /tmp/runs-ab "$run_name"
 for group in "$@"; do
   g=${group%%:*} lim=${group#*:}; [ "$lim" = "$group" ] && lim=450
   log "gpu tests $g ($lim s), patched state"
