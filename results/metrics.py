@@ -241,7 +241,7 @@ METRICS: tuple[Metric, ...] = (
       "its kernels: neither host-bound nor fully accounted) · host-bound · kernels over the call (overlapping "
       "streams, or kernels placed in the wrong call)", kind="text", shown=("kernels",), header="accounting"),
     Metric("host_bound", "", "breakdown", "1 − cuda_graph.ms / median_ms > 0.1 (and by ms_at_samples_clock where "
-      "known), else kernels.idle_share > 0.1",
+      "known), else kernels.idle_share > 0.1 and 1 − kernels.sum_ms / median_ms > 0.1",
       "the GPU idled more than 10% of the call: the host sets its time (null without a GPU breakdown)",
       kind="flag", shown=("kernels",), header="host-bound"),
     Metric("cuda_graph", "", "graph", "", "the call's device time from CUDA-graph replay beside the event-timed "

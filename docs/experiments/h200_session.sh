@@ -8,7 +8,7 @@
 #                                                        # completes them installs /tmp/fbtriton-site and probes it
 #   bash docs/experiments/h200_session.sh start NAME    # production | production-full | peers | peers-full | triton-tiles | owned-bwd | h200:
 #                                                        # a run, detached
-#   bash docs/experiments/h200_session.sh wait NAME     # until it ends (or ~9 min), then its folder to $OUT (always:
+#   bash docs/experiments/h200_session.sh wait NAME [S] # until it ends (or S s, 540), then its folder to $OUT (always:
 #                                                        # finished or not; a machine lost mid-run: untar NAME.tgz
 #                                                        # into runs/ here, carry runs/NAME, `start` resumes it)
 #   bash docs/experiments/h200_session.sh bands         # the independent band timing (issue 26)
@@ -34,7 +34,7 @@
 # harness:360 profiling:320 peers:260` + `tests-wait`, then `tests-wait` again: every group in 15 min 40 s of
 # chain, ~18 min held with the start; what is left holds a rerun of a file or a short check run, not a production run.
 # 2026-12-04, second session: `fa4-1` (38 s), `fa4-2 "start production-full; wait production-h200 105"` (552 s),
-# `wait production-h200 110` (498 s): the production run with the config's own 1 s windows, 16 min 30 s; then
+# `wait production-h200 110` (498 s; `wait`'s S counted 5 s polls then: 525 and 550 s): the production run with the config's own 1 s windows, 16 min 30 s; then
 # 8 min of short calls (a pending patch applied on the device copy, its GPU tests and a 12-case A/B, two ncu passes).
 # 2026-12-04, third session: `fa4-1` (32 s), `fa4-2 "tests-start peers:260 <an experiment>"` (30 s), `fbtriton` twice
 # (p0, then p1 + `tests-start 'start peers; wait for it'`, 34 s), `wait peers-h200` twice (1470 s): the peers GPU tests
@@ -157,8 +157,11 @@ start)
   esac
   ;;
 wait)
-  name=${2:?name}
-  for _ in $(seq 1 ${3:-108}); do
+  # S in seconds, as tests-wait's: it was a count of 5 s polls until 2026-12-07, when `wait production-h200 480` in a
+  # 580 s call waited past the call's end and brought nothing back
+  name=${2:?name} secs=${3:-540}
+  case $secs in '' | *[!0-9]*) echo "wait: S=$secs: allowed: whole seconds" >&2; exit 2 ;; esac
+  for _ in $(seq 1 $(( secs / 5 ))); do
     [ -e "runs/$name.done" ] && break
     sleep 5
   done
