@@ -10,6 +10,11 @@ timed segment tagged so its samples' SM clock and power go with its times:
 - `reversed`: the same rounds, the candidates in the opposite order (does a candidate inherit its predecessor's
   clock? the power controller answers in tens of ms);
 - `no-flush`: auto's order, no L2 flush between calls (the flush is 256 MB of writes before every call);
+- `slices`: a candidate for auto's rounds to become — SLICE_ROUNDS rounds of ~10 ms slices (one call at least,
+  not five), each round in a shuffled order, each slice divided by its round's median slice (a power-capped
+  clock swings ~25% over ~1 s on an H100 under this load, docs/experiments/h100-2026-12-07b: a fixed order of
+  ~100 ms rounds puts a candidate at the same phase every round); its `norm` column is the median ratio times the
+  median of the rounds' medians;
 - `alone`: each candidate by itself as the harness times a case: 1 s of its own calls, then 300 ms of
   event-timed calls (bench.case.timing.time_cuda, the harness's sampler; its flush is 2x L2).
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -34,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "experiments"))
 
-SCHEMES = ("rounds", "reversed", "no-flush", "alone")
+SCHEMES = ("rounds", "reversed", "no-flush", "slices", "alone")
+SLICE_MS, SLICE_ROUNDS = 10.0, 12
 SETTLE_S, ALONE_MS = 1.0, 300.0  # h200_session.sh's windows: power.settle_s and timing.rep_ms
 
 
@@ -96,6 +103,17 @@ def time_batch(mon, fns, rounds: int) -> dict:
                 out[scheme][name].append(
                     segment(mon, f"{scheme}/{r}/{name}", lambda fn=fn, buf=buf: choice._time_ms(fn, buf))
                 )
+    sizes = {name: slice_calls(fn, flush) for name, fn in fns}
+    for r in range(SLICE_ROUNDS):
+        order = list(fns)
+        random.Random(r).shuffle(order)
+        for name, fn in order:
+            out["slices"][name].append(
+                dict(
+                    segment(mon, f"slices/{r}/{name}", lambda fn=fn, n=sizes[name]: timed_calls(fn, flush, n)),
+                    round=r,
+                )
+            )
     for name, fn in fns:
 
         def alone(fn=fn):
@@ -110,6 +128,50 @@ def time_batch(mon, fns, rounds: int) -> dict:
 
         out["alone"][name].append(segment(mon, f"alone/{name}", alone))
     return out
+
+
+def slice_calls(fn, flush) -> int:
+    """Calls in one ~SLICE_MS slice of `fn`, from one timed call (at least one)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush.zero_()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return max(1, min(100, round(SLICE_MS / max(start.elapsed_time(end), 1e-3))))
+
+
+def timed_calls(fn, flush, n: int) -> float:
+    """The median of `n` calls, each between events after an L2 flush (auto's per-call timing, n of them)."""
+    import torch
+
+    pairs = []
+    for _ in range(n):
+        flush.zero_()
+        pair = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        pair[0].record()
+        fn()
+        pair[1].record()
+        pairs.append(pair)
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+
+def normalized(by_name: dict[str, list[dict]]) -> dict[str, float]:
+    """Each candidate's slices divided by their round's median slice: the median ratio, times the median of the
+    rounds' medians (ms). Where the clock moves between rounds, the ratio within a round does not."""
+    rounds: dict[int, dict[str, float]] = {}
+    for name, rows in by_name.items():
+        for row in rows:
+            rounds.setdefault(row["round"], {})[name] = row["ms"]
+    medians = {r: statistics.median(v.values()) for r, v in rounds.items()}
+    scale = statistics.median(medians.values())
+    return {
+        name: scale * statistics.median(rounds[row["round"]][name] / medians[row["round"]] for row in rows)
+        for name, rows in by_name.items()
+    }
 
 
 def summary(scheme_rows: list[dict]) -> dict:
@@ -147,17 +209,17 @@ def main() -> int:
             torch.cuda.synchronize()
             raw = time_batch(mon, fns, args.rounds)
             table = {s: {n: summary(rows) for n, rows in by.items()} for s, by in raw.items()}
+            for n, ms in normalized(raw["slices"]).items():
+                table["slices"][n]["norm_ms"] = ms
             result["batches"][name] = {"order": [n for n, _ in fns], "summary": table, "segments": raw}
-            print(f"\n{name} forward (median of {args.rounds} rounds; alone: 1 s settle + 300 ms)")
-            print(f"  {'candidate':<50}" + "".join(f"{s:>26}" for s in SCHEMES))
-            print(f"  {'':<50}" + "".join(f"{'ms   MHz   kcyc':>26}" for _ in SCHEMES))
+            print(
+                f"\n{name} forward: ms (MHz), the median over {args.rounds} rounds, {SLICE_ROUNDS} slice rounds; alone:"
+            )
+            print("1 s settle + 300 ms; norm: each slice over its round's median, times the rounds' median (ms)")
+            print(f"  {'candidate':<48}" + "".join(f"{s:>16}" for s in SCHEMES) + f"{'norm':>9}")
             for n, _ in fns:
-                cells = []
-                for s in SCHEMES:
-                    c = table[s][n]
-                    cell = f"{c['ms']:>9.3f} {c['mhz'] or 0:>6.0f} {c['kcycles'] or 0:>9.0f}" if c["ms"] else "n/a"
-                    cells.append(cell)
-                print(f"  {n:<50}" + "".join(f"{x:>26}" for x in cells))
+                cells = [f"{table[s][n]['ms']:.3f} ({table[s][n]['mhz'] or 0:.0f})" for s in SCHEMES]
+                print(f"  {n:<48}" + "".join(f"{x:>16}" for x in cells) + f"{table['slices'][n]['norm_ms']:>9.3f}")
             (out_dir / "auto_rounds.json").write_text(json.dumps(result, indent=1))
     finally:
         mon.stop()
