@@ -10,7 +10,8 @@ n: the slope b is a key block's cost and the intercept a the tile's own (prologu
 and last block), in µs of one SM and in key blocks (a/b). Timed for the op pinned to `hopper` (the persistent forward,
 longest first), to `triton`, and for FA4's own forward (softmax, one CTA per tile: its tile cost for reference), each
 as CUDA-graph replays (bench.case.graph_timing: no host time), interleaved in rounds (the power cap moves the clock);
-NVML's SM clock read between replays gives each figure in kcycles too.
+NVML's SM clock read between replays is kept beside each figure. A "tile" is 128 query rows for all three
+(Triton's autotuner may run 64-row tiles: its figures are per 128 rows, its intercept two of its tiles' own cost).
 
     # on the GPU machine, FA4 installed, the Hopper kernels in $GDPA_HOPPER_KERNEL_DIR (h200_session.sh env):
     PYTHONPATH=. python docs/experiments/tile_cost_gpu.py [--lengths 128 256 512 1024 2048] [--rounds 3]
@@ -37,8 +38,11 @@ WORK = 320 * 2048**2  # B·L²: B 320 at L 2048 (over FA4's 256-sequence schedul
 MAX_TOKENS = 6_000_000  # ~6 GB a tensor at H 4, D 128: q, k, v and three outputs stay far inside an H100's 80 GB
 
 
+MAX_ROWS = 65535 // H  # sequences · heads on the Triton kernels' grid y (CUDA's limit; rows-past-grid-y.patch lifts it)
+
+
 def batch_size(length: int) -> int:
-    return max(1, min(WORK // length**2, MAX_TOKENS // length))
+    return max(1, min(WORK // length**2, MAX_TOKENS // length, MAX_ROWS))
 
 
 def fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
@@ -106,10 +110,15 @@ def main() -> int:
         n = b * length
         q, k, v = ((torch.randn(n, H, D, generator=g, device=device) * D**-0.25).to(torch.bfloat16) for _ in range(3))
         offsets = torch.arange(0, n + 1, length, dtype=torch.int32, device=device)
-        fns = providers(q, k, v, offsets, length)
-        for fn in fns.values():
-            fn()  # compiles, autotunes
-        torch.cuda.synchronize()
+        fns, errors = {}, {}
+        for name, fn in providers(q, k, v, offsets, length).items():
+            try:
+                fn()  # compiles, autotunes
+                torch.cuda.synchronize()
+                fns[name] = fn
+            except Exception as exc:  # recorded, and the other providers go on
+                errors[name] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"L {length} {name}: {errors[name]}", flush=True)
         times: dict[str, list] = {name: [] for name in fns}
         clocks: dict[str, list] = {name: [] for name in fns}
         for _ in range(args.rounds):
@@ -120,7 +129,7 @@ def main() -> int:
                 clocks[name].append(rec.get("sm_clock_mhz"))
         tiles = b * H * (length // TILE + (length % TILE > 0))
         blocks = length / TILE
-        row = {"B": b, "tiles": tiles, "key_blocks_per_tile": blocks}
+        row = {"B": b, "tiles": tiles, "key_blocks_per_tile": blocks, "errors": errors}
         for name in fns:
             ms = statistics.median(times[name])
             mhz = [c for c in clocks[name] if c]
@@ -140,10 +149,15 @@ def main() -> int:
     print(f"\n{result['gpu']}, {sms} SMs, B·L² = {WORK}: per tile = ms × SMs / tiles (µs of one SM)")
     print(f"  {'L':>5} {'B':>6} {'blocks':>6}" + "".join(f"{n + ' ms':>12}{'µs/tile':>9}{'TF/s':>6}" for n in NAMES))
     for length, row in result["rows"].items():
-        cells = "".join(f"{row[n]['ms']:>12.3f}{row[n]['per_tile_us']:>9.2f}{row[n]['tflops']:>6.0f}" for n in NAMES)
+        cells = "".join(
+            f"{row[n]['ms']:>12.3f}{row[n]['per_tile_us']:>9.2f}{row[n]['tflops']:>6.0f}"
+            if n in row
+            else f"{'error':>27}"
+            for n in NAMES
+        )
         print(f"  {length:>5} {row['B']:>6} {row['key_blocks_per_tile']:>6.1f}{cells}")
     for name in NAMES:
-        line = fit([(r["key_blocks_per_tile"], r[name]["per_tile_us"]) for r in result["rows"].values()])
+        line = fit([(r["key_blocks_per_tile"], r[name]["per_tile_us"]) for r in result["rows"].values() if name in r])
         if line:
             a, b = line
             result.setdefault("fits", {})[name] = {"tile_us": a, "block_us": b, "tile_in_blocks": a / b if b else None}
