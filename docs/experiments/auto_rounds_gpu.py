@@ -144,9 +144,13 @@ def slice_calls(fn, flush) -> int:
 
 
 def timed_calls(fn, flush, n: int) -> float:
-    """The median of `n` calls, each between events after an L2 flush (auto's per-call timing, n of them)."""
+    """The median of `n` calls, each between events after an L2 flush (auto's per-call timing, n of them), after one
+    untimed call: each segment here ends in a sync (its clock samples need its bounds), and a one-call slice would
+    then hold the call's host time (bench/case/timing.py `prime`); the patch's slices run without syncs instead."""
     import torch
 
+    flush.zero_()
+    fn()
     pairs = []
     for _ in range(n):
         flush.zero_()
