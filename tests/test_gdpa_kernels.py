@@ -344,6 +344,53 @@ def test_gpu_default_call_never_syncs(options):
         torch.cuda.set_sync_debug_mode(previous)
 
 
+def test_rows_past_the_grid_y_limit_fold_over_z(poisoned, monkeypatch):
+    """CUDA caps a grid's y extent at 65,535, and the Triton kernels put sequences · heads there: a batch of 16,384
+    sequences of 4 heads failed with `Triton Error [CUDA]: invalid argument`. grid_math.rows_grid folds the rows
+    over z past the limit, each kernel recovers its row and exits past the last; here with the limit at 5 (rows
+    12 for the forward and dQ, 6 for dK/dV: folded 5 + 5 + 2 and 5 + 1), every output checked against the
+    reference and against the unfolded launch bit for bit."""
+    from kernels.gdpa import grid_math
+
+    opts = GDPAOptions(backend="triton", fwd_tiles=(16, 16, 4, 1), dkdv_tiles=(16, 16, 4, 1), dq_tiles=(16, 16, 4, 1))
+    q_len, kv_len = [5, 17, 9], [7, 3, 40]
+    plain, seed = [], 11
+    for limit in (grid_math.GRID_YZ_MAX, 5):
+        monkeypatch.setattr(grid_math, "GRID_YZ_MAX", limit)
+        b = make_batch(q_len, kv_len, H=4, Hkv=2, D=16, dtype=torch.float32, seed=seed)
+        bg, record = b.with_grad(), {}
+        out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.kv_offsets, b.max_q, b.max_kv, options=opts, record=record)
+        grads = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
+        plain.append([out, *grads])
+        if limit == 5:
+            assert record["fwd"]["grid"] == [2, 5, 3] and record["dq"]["grid"] == [2, 5, 3]
+            assert record["dkdv"]["grid"] == [3, 5, 2]
+        else:
+            assert record["fwd"]["grid"] == [2, 12] and record["dkdv"]["grid"] == [3, 6]
+    ref, rgrads = reference_outputs(b, CaseSpec(), grads=True, dtype=torch.float64)
+    assert max(rel(a, r) for a, r in zip(plain[1], [ref, *rgrads], strict=True)) < 1e-4
+    assert all(torch.equal(a, f) for a, f in zip(plain[0], plain[1], strict=True))
+
+
+@pytest.mark.gpu
+def test_gpu_more_sequences_times_heads_than_a_grid_holds_on_y():
+    """16,500 sequences of 4 heads (66,000 rows > CUDA's 65,535 on a grid's y): forward and backward through the
+    Triton kernels (pinned) and the op's default, against the reference on a sample of sequences."""
+    rng = np.random.default_rng(3)
+    q_len = rng.integers(1, 9, 16_500)
+    b = make_batch(q_len, q_len, H=4, D=64, dtype=torch.bfloat16, device="cuda", seed=3)
+    seqs = [0, 1, 8_000, 16_498, 16_499]  # the first and last rows of the fold, and the middle
+    ref, (rdq, rdk, rdv) = reference_outputs(b, CaseSpec(), seqs=seqs, grads=True)
+    rows = np.concatenate([np.arange(b.q_offsets[s].item(), b.q_offsets[s + 1].item()) for s in seqs])
+    for options in (GDPAOptions(backend="triton"), None):
+        bg = b.with_grad()
+        out = gdpa(bg.q, bg.k, bg.v, b.q_offsets, b.q_offsets, b.max_q, b.max_kv, options=options)
+        dq, dk, dv = torch.autograd.grad(out, (bg.q, bg.k, bg.v), b.dout)
+        torch.cuda.synchronize()
+        assert rel(out[rows], ref) < 2e-2 and rel(dq[rows], rdq) < 2e-2
+        assert rel(dk[rows], rdk) < 2e-2 and rel(dv[rows], rdv) < 2e-2
+
+
 @pytest.mark.gpu
 def test_gpu_int64_addressing_beyond_2_pow_31_elements():
     """q holds more than 2^31 elements: row offsets must not wrap in int32."""

@@ -106,6 +106,59 @@ def test_a_failing_time_bar_says_whether_the_power_cap_or_the_cycles_held_it(tmp
     assert all("—" not in x for x in lines if x.startswith("  ok"))
 
 
+def test_auto_behind_a_pinned_backend_says_which_plan_it_ran_and_the_clocks(tmp_path, capsys):
+    """Where `gdpa` trails the faster pinned backend, the line names the plan auto ran; where that is the pinned
+    backend's own plan it says so with the two kernel sums, so a gap of the two windows' clocks (the same kernel at
+    0.975x the clock) reads apart from a choice that lost; a passing line says none of it."""
+
+    def dispatch(mode, *stages):
+        backend = "+".join(b for b, _ in stages)
+        plan = [{"backend": b, "band": band} for b, band in stages]
+        return {"dispatch": {mode: {"backend": backend, "stages": plan}}}
+
+    same, split = "uniform/fwd/L=2048", "uniform/fwd/L=4096"
+    hopper = {"backend": "hopper"}
+    cases = [
+        _case(
+            same,
+            "gdpa",
+            17.4,
+            max_len=2048,
+            sm_clock_mhz=1503.0,
+            kernels={"sum_ms": 16.27},
+            kernel_config=dispatch("fwd", ("hopper", "[0, inf)")),
+        ),
+        _case(
+            same,
+            "gdpa_hopper",
+            16.7,
+            max_len=2048,
+            sm_clock_mhz=1539.0,
+            kernels={"sum_ms": 16.33},
+            provider_options=hopper,
+        ),
+        _case(same, "fa4", 18.0, max_len=2048),
+        _case(
+            split,
+            "gdpa",
+            70.0,
+            max_len=4096,
+            sm_clock_mhz=1500.0,
+            kernel_config=dispatch("fwd", ("triton", "[0, 1024)"), ("hopper", "[1024, inf)")),
+        ),
+        _case(split, "gdpa_hopper", 66.0, max_len=4096, sm_clock_mhz=1500.0, provider_options=hopper),
+        _case(split, "fa4", 72.0, max_len=4096),
+    ]
+    assert bars.main([str(_run(tmp_path, "prod", cases))]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [x for x in lines if x.startswith(f"FAIL  {same}: gdpa vs gdpa_hopper")]
+    assert "— gdpa_hopper 1539 MHz, gdpa 1503 MHz; in SM cycles 0.98x;" in line, line
+    assert line.endswith("; auto ran hopper, gdpa_hopper's plan: in kernel time 1.00x"), line
+    (line,) = [x for x in lines if x.startswith(f"FAIL  {split}: gdpa vs gdpa_hopper")]
+    assert line.endswith("; auto ran triton[0, 1024)+hopper[1024, inf)"), line
+    assert all("auto ran" not in x for x in lines if x.startswith("  ok"))
+
+
 def test_each_run_names_its_card_and_a_coarse_energy_counter_gives_the_samples_power(tmp_path, capsys):
     """The H100 run of 2026-12-06: a 0.3 s energy loop spans two ~91 ms counter steps, whose 839 W on a 700 W
     card is not a figure; the line shows the samples' 779 W, marked. The run's first line names the card and

@@ -38,7 +38,7 @@ WORK = 320 * 2048**2  # B·L²: B 320 at L 2048 (over FA4's 256-sequence schedul
 MAX_TOKENS = 6_000_000  # ~6 GB a tensor at H 4, D 128: q, k, v and three outputs stay far inside an H100's 80 GB
 
 
-MAX_ROWS = 65535 // H  # sequences · heads on the Triton kernels' grid y (CUDA's limit; rows-past-grid-y.patch lifts it)
+MAX_ROWS = 65535 // H  # the 2026-12-07 H100 run's batches (rows on grid y alone before the rows fold landed)
 
 
 def batch_size(length: int) -> int:

@@ -19,12 +19,12 @@ from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_bwd_scaled, p_fold
 from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
-from kernels.gdpa.grid_math import cdiv
+from kernels.gdpa.grid_math import cdiv, rows_grid
 from kernels.gdpa.stages import dkdv_step, store_dkdv
 from kernels.gdpa.tiles import triton_config
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def gdpa_bwd_dkdv_kernel(
     Q,
     K,
@@ -54,6 +54,7 @@ def gdpa_bwd_dkdv_kernel(
     rows_kv_bucket,
     band_lo,
     band_hi,
+    n_rows,
     HKV: tl.constexpr,
     GROUPS: tl.constexpr,
     D: tl.constexpr,
@@ -63,12 +64,18 @@ def gdpa_bwd_dkdv_kernel(
     HW_TANH: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    SPLIT_ROWS: tl.constexpr,
 ):
-    # grid: (key tiles of the longest sequence of the band, sequences · KV heads); a tile past its
-    # sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
+    # grid: (key tiles of the longest sequence of the band, sequences · KV heads[, folded over z]: grid_math.rows_grid);
+    # a tile past its sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
     pid_n = tl.program_id(0)
-    b = tl.program_id(1) // HKV
-    hk = tl.program_id(1) % HKV
+    row = tl.program_id(1)
+    if SPLIT_ROWS:
+        row += tl.program_id(2) * tl.num_programs(1)
+        if row >= n_rows:
+            return
+    b = row // HKV
+    hk = row % HKV
     q_start, lq, kv_start, lk, outside = sequence_in_band(q_offsets, kv_offsets, b, band_lo, band_hi)
     n0 = pid_n * BLOCK_N
     if (n0 >= lk) | outside:
@@ -110,7 +117,7 @@ def gdpa_bwd_dkdv_kernel(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def gdpa_bwd_dq_kernel(
     Q,
     K,
@@ -137,6 +144,7 @@ def gdpa_bwd_dq_kernel(
     rows_kv_bucket,
     band_lo,
     band_hi,
+    n_rows,
     H: tl.constexpr,
     GROUPS: tl.constexpr,
     D: tl.constexpr,
@@ -146,12 +154,18 @@ def gdpa_bwd_dq_kernel(
     HW_TANH: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    SPLIT_ROWS: tl.constexpr,
 ):
-    # grid: (query tiles of the longest sequence of the band, sequences · heads); a tile past its
-    # sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
+    # grid: (query tiles of the longest sequence of the band, sequences · heads[, folded over z]: grid_math.rows_grid);
+    # a tile past its sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
     pid_m = tl.program_id(0)
-    b = tl.program_id(1) // H
-    h = tl.program_id(1) % H
+    row = tl.program_id(1)
+    if SPLIT_ROWS:
+        row += tl.program_id(2) * tl.num_programs(1)
+        if row >= n_rows:
+            return
+    b = row // H
+    h = row % H
     q_start, lq, kv_start, lk, outside = sequence_in_band(q_offsets, kv_offsets, b, band_lo, band_hi)
     m0 = pid_m * BLOCK_M
     if (m0 >= lq) | outside:
@@ -243,24 +257,25 @@ def backward(call: GDPACall, do, band: Band = WHOLE, dkdv_tiles=None, dq_tiles=N
     max_q = band.bound(call.max_q, call.self_attention)
     max_kv = band.bound(call.max_kv, call.self_attention)
     if k.shape[0] > 0:
-        args = dict(shared, **launch.operands(dk=dk, dv=dv), HKV=call.heads_kv)
+        rows = launch.row_args(n_seqs * call.heads_kv)
+        args = dict(shared, **launch.operands(dk=dk, dv=dv), **rows, HKV=call.heads_kv)
         launch.run(
             gdpa_bwd_dkdv_kernel,
             gdpa_bwd_dkdv_kernel_tuned,
             args,
-            lambda block_m, block_n: (cdiv(max(max_kv, 1), block_n), n_seqs * call.heads_kv),
+            lambda block_m, block_n: rows_grid(cdiv(max(max_kv, 1), block_n), n_seqs * call.heads_kv),
             dkdv_tiles,
             q.device,
             record,
             launch.record_name("dkdv", band),
         )
     if q.shape[0] > 0:
-        args = dict(shared, **launch.operands(dq=dq), H=call.heads)
+        args = dict(shared, **launch.operands(dq=dq), **launch.row_args(n_seqs * call.heads), H=call.heads)
         launch.run(
             gdpa_bwd_dq_kernel,
             gdpa_bwd_dq_kernel_tuned,
             args,
-            lambda block_m, block_n: (cdiv(max(max_q, 1), block_m), n_seqs * call.heads),
+            lambda block_m, block_n: rows_grid(cdiv(max(max_q, 1), block_m), n_seqs * call.heads),
             dq_tiles,
             q.device,
             record,

@@ -14,7 +14,7 @@ from kernels.gdpa import launch
 from kernels.gdpa.activations import act_fwd_scaled, p_fold
 from kernels.gdpa.bands import WHOLE, Band, sequence_in_band
 from kernels.gdpa.call import GDPACall
-from kernels.gdpa.grid_math import cdiv
+from kernels.gdpa.grid_math import cdiv, rows_grid
 from kernels.gdpa.tiles import triton_config
 
 
@@ -55,7 +55,7 @@ def _fwd_tile(
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def gdpa_fwd_kernel(
     Q,
     K,
@@ -79,6 +79,7 @@ def gdpa_fwd_kernel(
     rows_kv_bucket,
     band_lo,
     band_hi,
+    n_rows,
     H: tl.constexpr,
     GROUPS: tl.constexpr,
     D: tl.constexpr,
@@ -88,12 +89,18 @@ def gdpa_fwd_kernel(
     HW_TANH: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    SPLIT_ROWS: tl.constexpr,
 ):
-    # grid: (query tiles of the longest sequence of the band, sequences · heads); a tile past its
-    # sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
+    # grid: (query tiles of the longest sequence of the band, sequences · heads[, folded over z]: grid_math.rows_grid);
+    # a tile past its sequence's end, or of a sequence outside the band [band_lo, band_hi) (bands.py), exits
     pid_m = tl.program_id(0)
-    b = tl.program_id(1) // H
-    h = tl.program_id(1) % H
+    row = tl.program_id(1)
+    if SPLIT_ROWS:
+        row += tl.program_id(2) * tl.num_programs(1)
+        if row >= n_rows:
+            return
+    b = row // H
+    h = row % H
     q_start, lq, kv_start, lk, outside = sequence_in_band(q_offsets, kv_offsets, b, band_lo, band_hi)
     m0 = pid_m * BLOCK_M
     if (m0 >= lq) | outside:
@@ -194,6 +201,7 @@ def forward(call: GDPACall, band: Band = WHOLE, tiles=None, out=None, record=Non
         alpha=call.alpha,
         qk_scale=call.qk_scale,
         **launch.tuning_key(call, band),
+        **launch.row_args(call.batch * call.heads),
         H=call.heads,
         GROUPS=call.groups,
         **launch.common_constants(q, call.activation, call.causal),
@@ -202,7 +210,7 @@ def forward(call: GDPACall, band: Band = WHOLE, tiles=None, out=None, record=Non
         gdpa_fwd_kernel,
         gdpa_fwd_kernel_tuned,
         args,
-        lambda block_m, block_n: (cdiv(max(max_q, 1), block_m), call.batch * call.heads),
+        lambda block_m, block_n: rows_grid(cdiv(max(max_q, 1), block_m), call.batch * call.heads),
         tiles,
         q.device,
         record,

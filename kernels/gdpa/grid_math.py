@@ -18,3 +18,16 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n, as triton.next_power_of_2 for every n >= 1 (each caller's n is)."""
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+GRID_YZ_MAX = 65535  # CUDA's limit on a grid's y and z extents (x may reach 2^31 - 1)
+
+
+def rows_grid(tiles: int, rows: int) -> tuple[int, ...]:
+    """The Triton kernels' grid: `tiles` along x (a sequence's tiles side by side, sharing its K/V in L2) and
+    `rows` (sequences · heads) along y — folded over z where they pass CUDA's y limit, which a RecSys batch does
+    (16,384 sequences of 4 heads is 65,536): `Triton Error [CUDA]: invalid argument` otherwise. The kernel then
+    takes its row as y + z · (y's extent) and exits past the last (`SPLIT_ROWS`, launch.row_args)."""
+    if rows <= GRID_YZ_MAX:
+        return (tiles, rows)
+    return (tiles, GRID_YZ_MAX, cdiv(rows, GRID_YZ_MAX))

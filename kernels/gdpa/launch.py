@@ -10,6 +10,7 @@ import contextlib
 
 import torch
 
+from kernels.gdpa import grid_math
 from kernels.gdpa.bands import Band
 from kernels.gdpa.call import GDPACall
 from kernels.gdpa.grid_math import next_power_of_2
@@ -40,6 +41,12 @@ def tuning_key(call: GDPACall, band: Band) -> dict:
         band_lo=band.lo,
         band_hi=band.hi_arg,
     )
+
+
+def row_args(rows: int) -> dict:
+    """The kernels' row count (sequences · heads) and whether grid_math.rows_grid folds it over z: a constexpr, so
+    a launch within CUDA's y limit compiles to the kernel it always was."""
+    return dict(n_rows=rows, SPLIT_ROWS=rows > grid_math.GRID_YZ_MAX)
 
 
 def record_name(kernel: str, band: Band) -> str:
