@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -345,26 +346,42 @@ for ptx in sorted(pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).glob("*.ptx")):
 """
 
 
+_TMA_OFFSET = re.compile(r"\[%r\d+\+(\d+)\]")
+
+
+def _tma_offsets(ptx: str, direction: str) -> set[int]:
+    """Shared-memory byte offsets of the TMA copies in `ptx`: `direction` "load" (global to shared: the
+    destination) or "store" (shared to global: the source)."""
+    kind = "shared::cta.global" if direction == "load" else "global.shared::cta"
+    lines = [line for line in ptx.splitlines() if "cp.async.bulk.tensor" in line and kind in line]
+    return {int(match) for line in lines for match in _TMA_OFFSET.findall(line)}
+
+
 @pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn-4 (the fa4 extra)")
-def test_persistent_forward_releases_q_only_after_the_epilogue_store(tmp_path):
-    """Cross-compiled for sm_90a (no GPU): in the persistent forward the consumers' arrive on Q's empty barrier
-    comes after the epilogue's TMA store has read O out of Q's shared memory (`cp.async.bulk.wait_group.read`),
-    and the CTA then strides by the grid size to its next tile; FA4's one-tile grid releases Q before its
-    last key block (so a second tile per CTA would see the next Q overwritten by this tile's O)."""
+def test_persistent_forward_stages_o_outside_q_and_releases_q_before_the_epilogue(tmp_path):
+    """Cross-compiled for sm_90a (no GPU): FA4's one-tile grid stages O in Q's shared memory (its TMA store
+    reads where Q's load wrote); the persistent forward stages O in a buffer of its own, so its consumers keep
+    FA4's release of Q before the last key block (no arrive on a barrier between the epilogue's store wait and
+    the stride to the next tile) and the next tile's Q lands under this tile's tail."""
     env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
     run = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _PERSISTENT_PTX], env=env, cwd=ROOT, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr[-2000:]
     found = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.startswith(("PERSISTENT", "GRID")))
+    grid, persistent = (Path(found[kind]).read_text() for kind in ("GRID", "PERSISTENT"))
 
-    def after_last_store_wait(kind):
-        text = Path(found[kind]).read_text()
-        return text[text.rindex("cp.async.bulk.wait_group.read") :]
+    grid_o = _tma_offsets(grid, "store")
+    assert grid_o and grid_o <= _tma_offsets(grid, "load")  # FA4: O where Q was loaded
+    q_buffer = range(min(grid_o), max(grid_o) + 16384)  # two 16 KB boxes (64 columns of bf16 x 128 rows)
+    persistent_o = _tma_offsets(persistent, "store")
+    assert persistent_o and not any(offset in q_buffer for offset in persistent_o)
+    assert q_buffer.start in _tma_offsets(persistent, "load")  # Q's buffer is where FA4 has it
 
-    tail = after_last_store_wait("PERSISTENT")
-    assert "mbarrier.arrive.shared" in tail and "%nctaid.x" in tail.split("mbarrier.arrive.shared", 1)[1]
-    assert "mbarrier.arrive.shared" not in after_last_store_wait("GRID")
+    tail = persistent[persistent.rindex("cp.async.bulk.wait_group.read") :]
+    assert "%nctaid.x" in tail and "mbarrier.arrive" not in tail.split("%nctaid.x", 1)[0]
+    # each epilogue entered by every consumer thread together (FA4's epilogue barrier has two counts)
+    assert re.search(r"bar\.sync\s+7, 256;", persistent) and not re.search(r"bar\.sync\s+7,", grid)
 
 
 _PERSISTENT_BWD_PTX = """
@@ -489,6 +506,26 @@ def test_persistent_forward_equals_the_one_tile_grid_and_keeps_other_bands(poiso
             rows = torch.repeat_interleave(torch.as_tensor(band_lengths), q_lengths).to(grid.device)
             inside = (rows >= band.lo) & (rows < band.hi_arg)
             assert not torch.isnan(persistent[inside]).any() and torch.isnan(persistent[~inside]).all(), band
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(2, 2, 64), (2, 2, 128), (4, 1, 128), (6, 2, 128)])
+def test_persistent_forward_with_many_short_tiles_a_cta_equals_the_grid_every_time(poisoned, heads, kv_heads, head_dim):
+    """Thousands of one- and two-block tiles, ~30 a CTA back to back: each tile's Q lands while the tile before
+    stages O (in its own buffer) and stores it. Three launches, each bit for bit FA4's one-tile grid: a race
+    between a tile's O and the next tile's Q or O would show as a difference in some launch. GQA packs 4 heads
+    a tile (O by TMA) and 3 (128 rows do not divide by 3: O by plain copies, FA4's other epilogue)."""
+    from kernels.gdpa.hopper import launch
+
+    lengths = np.random.default_rng(11).integers(1, 300, 2000)
+    batch = _batch(lengths, lengths, heads, kv_heads, head_dim, torch.bfloat16, seed=3)
+    call = _batch_call(batch, batch.max_q, batch.max_q, "silu", 1.0, 1.0, False)
+    call = call.with_tensors(kv_offsets=call.q_offsets)
+    grid = launch.forward(call, persistent=False)
+    assert not torch.isnan(grid).any()
+    for _ in range(3):
+        assert torch.equal(launch.forward(call, persistent=True), grid)
 
 
 # ------------------------------------------------------------------------------ the backward's accumulators

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.gdpa.hopper.longest_first import LONGEST_FIRST_MAX_BATCH, longest_first_order
+from kernels.gdpa.hopper.longest_first import LONGEST_FIRST_MAX_BATCH, blocks_bound, longest_first_order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +32,36 @@ def _expected(len_q, len_k, tile, multiplier):
     return np.concatenate([[0], np.cumsum(blocks)]), order
 
 
+STRIDE = 132  # the persistent grid's CTAs: how far past the last tile a CTA's walk reads the place index
+
+
+def _order(q_offsets, kv_offsets, tile, multiplier=1, used_q=None, used_k=None, lengths_q=None):
+    """longest_first_order with the host numbers the launcher passes (the batch's rows and longest query)."""
+    lq = np.diff(q_offsets.numpy()) if lengths_q is None else lengths_q
+    return longest_first_order(
+        q_offsets,
+        kv_offsets,
+        tile,
+        multiplier,
+        used_q,
+        used_k,
+        rows_q=int(q_offsets[-1]),
+        max_q=int(lq.max(initial=0)),
+        stride=STRIDE,
+    ).numpy()
+
+
+def _check_places(got, n, counts, rows_q, tile, multiplier):
+    """The place index after [cu | order]: flat query tile f holds the position v with cu[v] <= f < cu[v + 1],
+    and n (invalid) from the last tile up to FA4's bound plus a persistent stride."""
+    places = got[2 * n + 1 :]
+    assert places.shape == (blocks_bound(rows_q, n, tile, multiplier, STRIDE),)
+    total = int(counts[-1])
+    expected = np.repeat(np.arange(n), np.diff(counts))
+    np.testing.assert_array_equal(places[:total], expected)
+    assert (places[total:] == n).all()
+
+
 @pytest.mark.parametrize("n", [1, 37, 300])
 @pytest.mark.parametrize("tile,multiplier", [(128, 1), (128, 4), (192, 1)])
 @pytest.mark.parametrize("cross", [False, True])
@@ -40,11 +70,11 @@ def test_the_order_is_longest_keys_first_and_the_counts_follow_it(n, tile, multi
     len_q = rng.integers(0, 600, n)
     len_q[rng.random(n) < 0.1] = 0  # empty sequences sort last and count no tile
     len_k = rng.integers(0, 600, n) if cross else len_q
-    got = longest_first_order(_offsets(len_q), _offsets(len_k), tile, multiplier).numpy()
+    got = _order(_offsets(len_q), _offsets(len_k), tile, multiplier)
     counts, order = _expected(len_q, len_k, tile, multiplier)
-    assert got.shape == (2 * n + 1,)
-    np.testing.assert_array_equal(got[n + 1 :], order)
+    np.testing.assert_array_equal(got[n + 1 : 2 * n + 1], order)
     np.testing.assert_array_equal(got[: n + 1], counts)
+    _check_places(got, n, counts, int(len_q.sum()), tile, multiplier)
 
 
 def test_one_bands_lengths_order_its_sequences_and_leave_the_rest_last():
@@ -55,35 +85,37 @@ def test_one_bands_lengths_order_its_sequences_and_leave_the_rest_last():
     used = np.where(lengths >= 1024, lengths, 0)
     offsets = _offsets(lengths)
     used_t = torch.tensor(used, dtype=torch.int32)
-    got = longest_first_order(offsets, offsets, 128, 1, used_t, used_t).numpy()
+    got = _order(offsets, offsets, 128, 1, used_t, used_t)
     counts, order = _expected(used, used, 128, 1)
-    np.testing.assert_array_equal(got[201:], order)
+    np.testing.assert_array_equal(got[201:401], order)
     np.testing.assert_array_equal(got[:201], counts)
     inside = int((used > 0).sum())
     assert set(got[201 : 201 + inside]) == set(np.flatnonzero(used)) and got[200] == got[inside]
+    _check_places(got, 200, counts, int(lengths.sum()), 128, 1)  # the bound is the whole batch's
 
 
 def test_a_batch_sorted_longest_first_keeps_its_order():
     lengths = np.array([900, 700, 700, 300, 128, 127, 5, 0, 0])
     offsets = _offsets(lengths)
-    got = longest_first_order(offsets, offsets, 128).numpy()
-    np.testing.assert_array_equal(got[len(lengths) + 1 :], np.arange(len(lengths)))
+    got = _order(offsets, offsets, 128)
+    np.testing.assert_array_equal(got[len(lengths) + 1 : 2 * len(lengths) + 1], np.arange(len(lengths)))
 
 
 def test_a_batch_of_several_key_chunks_is_ordered_the_same():
     """Each program walks the batch's keys in chunks of 512: ties across chunks keep batch order."""
     rng = np.random.default_rng(11)
     len_q = rng.integers(0, 40, 1500)  # few distinct lengths: many ties, most across chunks
-    got = longest_first_order(_offsets(len_q), _offsets(len_q), 16).numpy()
+    got = _order(_offsets(len_q), _offsets(len_q), 16)
     counts, order = _expected(len_q, len_q, 16, 1)
-    np.testing.assert_array_equal(got[1501:], order)
+    np.testing.assert_array_equal(got[1501:3001], order)
     np.testing.assert_array_equal(got[:1501], counts)
+    _check_places(got, 1500, counts, int(len_q.sum()), 16, 1)
 
 
 def test_the_order_is_made_for_at_most_the_limit():
     offsets = torch.zeros(LONGEST_FIRST_MAX_BATCH + 2, dtype=torch.int32)
     with pytest.raises(ValueError, match="at most"):
-        longest_first_order(offsets, offsets, 128)
+        _order(offsets, offsets, 128)
 
 
 def _fa4_decode(tile_idx, heads, counts, order, len_q, tile, multiplier):
@@ -132,14 +164,15 @@ def test_fa4s_decoder_walks_every_tile_once_in_that_order(trial):
     if trial % 4 == 3:  # one band: FA4's seqused vectors, 0 outside it
         inside = np.minimum(len_q, len_k) >= 300
         used = (np.where(inside, len_q, 0), np.where(inside, len_k, 0))
-    got = longest_first_order(
+    got = _order(
         _offsets(len_q),
         _offsets(len_k),
         tile,
         multiplier,
         *(torch.tensor(u, dtype=torch.int32) for u in used or ()),
-    ).numpy()
-    counts, order = got[: n + 1], got[n + 1 :]
+        lengths_q=len_q,
+    )
+    counts, order, places = got[: n + 1], got[n + 1 : 2 * n + 1], got[2 * n + 1 :]
     lq, lk = used if used is not None else (len_q, len_k)
     walked, t = [], 0
     while (work := _fa4_decode(t, heads, counts, order, lq, tile, multiplier)) is not None:
@@ -149,6 +182,28 @@ def test_fa4s_decoder_walks_every_tile_once_in_that_order(trial):
     assert len(walked) == len(set(walked)) and set(walked) == expected
     first_seen = list(dict.fromkeys(b for b, _, _ in walked))
     assert all(lk[a] >= lk[b] for a, b in itertools.pairwise(first_seen)), "not longest keys first"
+    # the place index decodes every tile as the search does, and each persistent CTA's walk (tiles c, c + STRIDE,
+    # ... up to its first invalid one) reads inside it
+    assert [_fa4_place_decode(t, heads, counts, order, places) for t in range(len(walked) + 1)] == [*walked, None]
+    for c in range(STRIDE):
+        t = c
+        while _fa4_place_decode(t, heads, counts, order, places) is not None:
+            t += STRIDE
+
+
+def _fa4_place_decode(tile_idx, heads, counts, order, places):
+    """FA4's decode with `blocks_to_batch_idx_ptr` (tile_scheduler.py `VarlenDecoder.decode`, its
+    `use_blocks_to_batch` branch, then `_decode_work_tile`): one load of the tile's place, its tile range from the
+    counts, the real sequence through the order. None where the place is invalid; an index past the place
+    vector fails (the kernel would read out of bounds)."""
+    n = len(order)
+    assert tile_idx // heads < len(places), "read past the place index"
+    v = int(places[tile_idx // heads])
+    if v >= n:
+        return None
+    per = int(counts[v + 1] - counts[v])
+    within = tile_idx - int(counts[v]) * heads
+    return int(order[v]), within % per, within // per  # sequence, query tile, head
 
 
 _needs_fa4 = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is None, reason="needs flash-attn-4")
@@ -191,10 +246,10 @@ def _params(ptx: str) -> int:
 
 @_needs_fa4
 def test_the_longest_first_forward_cross_compiles(tmp_path):
-    """Cross-compiled for sm_90a (no GPU): the persistent forward with its hint operand split into the tile counts
-    and FA4's virtual batch order (persistent.LongestFirstScheduler) builds whole and banded, causal with GQA
-    packing, and at head dim 64; the kernel takes the order as one operand more than the batch-order one and
-    reads each tile's sequence length through it (global loads where the batch order reads its own)."""
+    """Cross-compiled for sm_90a (no GPU): the persistent forward with its hint operand split into the tile counts,
+    FA4's virtual batch order and the place index (persistent.LongestFirstScheduler) builds whole and banded, causal
+    with GQA packing, and at head dim 64; the kernel takes the order and the index as two operands more than the
+    batch-order one, and its tile decode reads a tile's place in one load where the batch order searches."""
     env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
     run = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _COMPILE], env=env, cwd=ROOT, capture_output=True, text=True
@@ -202,5 +257,8 @@ def test_the_longest_first_forward_cross_compiles(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     found = {name: Path(path).read_text() for name, path in (line.split(" ", 1) for line in run.stdout.splitlines())}
     assert set(found) == {"BATCH_ORDER", "LONGEST_FIRST", "BANDED", "CAUSAL_GQA", "D64"}
-    assert _params(found["LONGEST_FIRST"]) == _params(found["BATCH_ORDER"]) + 1
-    assert found["LONGEST_FIRST"].count("ld.global") > found["BATCH_ORDER"].count("ld.global")
+    assert _params(found["LONGEST_FIRST"]) == _params(found["BATCH_ORDER"]) + 2  # the order and the place index
+    # no warp scan and no binary search: a tile's sequence is one load (main at e680132: 88 shuffles, 60 global
+    # loads, 3,642 PTX lines; with the place index 4, 24 and 2,660)
+    assert found["LONGEST_FIRST"].count("shfl.sync") * 10 < found["BATCH_ORDER"].count("shfl.sync")
+    assert found["LONGEST_FIRST"].count("ld.global") < found["BATCH_ORDER"].count("ld.global")

@@ -146,7 +146,17 @@ def forward(call: GDPACall, band: Band = WHOLE, out=None, record=None, persisten
         used_q, used_k = _band_vectors(call, band)
         cu_blocks, multiplier = None, call.groups if cfg.pack_gqa else 1
         if cfg.longest_first:
-            cu_blocks = longest_first_order(call.q_offsets, call.kv_offsets, cfg.tile_m, multiplier, used_q, used_k)
+            cu_blocks = longest_first_order(
+                call.q_offsets,
+                call.kv_offsets,
+                cfg.tile_m,
+                multiplier,
+                used_q,
+                used_k,
+                rows_q=q.shape[0],
+                max_q=call.max_q,
+                stride=cfg.persistent_ctas,
+            )
         elif cfg.scheduler_hint:
             cu_blocks = tile_counts(call.q_offsets, cfg.tile_m, multiplier, used=used_q)
         qk = filled(q.device, (call.heads,), float(call.qk_scale))

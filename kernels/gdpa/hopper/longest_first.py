@@ -50,6 +50,8 @@ def _longest_first_kernel(
     n,
     tile,
     multiplier,
+    max_tiles,
+    n_blocks,
     HAS_USED: tl.constexpr,
     BLOCK_I: tl.constexpr,
     BLOCK_J: tl.constexpr,
@@ -74,6 +76,23 @@ def _longest_first_kernel(
     tl.store(out + 1 + ahead, tiles_ahead + tiles_i, mask=valid_i)
     tl.store(out + n + 1 + ahead, i, mask=valid_i)
     tl.store(out + i, 0, mask=i == 0)
+    # the flat tile -> place index FA4's decoder reads in one load: each sequence writes its place over its tiles
+    blocks = out + 2 * n + 1
+    for t in range(0, max_tiles):
+        tl.store(blocks + tiles_ahead + t, ahead, mask=valid_i & (t < tiles_i))
+    # past the last tile, up to what a persistent CTA's stride reaches: n, an invalid place (the walk's end)
+    last = valid_i & (ahead == n - 1)
+    total = tl.sum(tl.where(last, tiles_ahead + tiles_i, 0))
+    if tl.sum(last.to(tl.int32)) > 0:
+        for start in range(0, n_blocks, BLOCK_J):
+            f = start + tl.arange(0, BLOCK_J)
+            tl.store(blocks + f, tl.zeros([BLOCK_J], tl.int32) + n, mask=(f >= total) & (f < n_blocks))
+
+
+def blocks_bound(rows_q: int, batch: int, tile: int, multiplier: int, stride: int) -> int:
+    """Entries of the flat tile index: FA4's bound on a launch's query tiles a head (`interface._blocks_to_batch_size`:
+    every sequence's last tile partial) plus what one stride of a persistent grid of `stride` CTAs reaches past it."""
+    return (rows_q * multiplier + batch * (tile - 1)) // tile + 1 + stride
 
 
 def longest_first_order(
@@ -83,14 +102,22 @@ def longest_first_order(
     multiplier: int = 1,
     used_q: torch.Tensor | None = None,
     used_k: torch.Tensor | None = None,
+    *,
+    rows_q: int,
+    max_q: int,
+    stride: int,
 ) -> torch.Tensor:
-    """[cu (B+1) | order (B)], int32 on the device: `order` lists the sequences longest keys first (FA4's
-    `virtual_batch_idx`), `cu` their cumulative query-tile counts in that order (the tile-count hint, as
-    `tile_counts` makes it in batch order). With `used_q`, `used_k` (one band's lengths) from those."""
+    """[cu (B+1) | order (B) | place (N)], int32 on the device: `order` lists the sequences longest keys first
+    (FA4's `virtual_batch_idx`), `cu` their cumulative query-tile counts in that order (the tile-count hint, as
+    `tile_counts` makes it in batch order), `place` each flat query tile's position in the order (FA4's
+    `blocks_to_batch_idx`: its decoder then finds a tile's sequence in one load, not a binary search over `cu`),
+    B past the last tile, N = `blocks_bound(rows_q, B, tile, multiplier, stride)`. With `used_q`, `used_k` (one
+    band's lengths) from those; `rows_q` and `max_q` are the batch's rows and longest query (host numbers)."""
     n = q_offsets.shape[0] - 1
     if n > LONGEST_FIRST_MAX_BATCH:
         raise ValueError(f"longest_first_order: {n} sequences; it orders at most {LONGEST_FIRST_MAX_BATCH}")
-    out = torch.empty(2 * n + 1, dtype=torch.int32, device=q_offsets.device)
+    n_blocks = blocks_bound(rows_q, n, tile, multiplier, stride)
+    out = torch.empty(2 * n + 1 + n_blocks, dtype=torch.int32, device=q_offsets.device)
     # many small programs and few key chunks each: a chunk's loads wait on global memory, so the chunks a
     # program walks in turn, not the comparisons, set its time
     _longest_first_kernel[(triton.cdiv(max(n, 1), 16),)](
@@ -102,6 +129,8 @@ def longest_first_order(
         n,
         tile,
         multiplier,
+        (max_q * multiplier + tile - 1) // tile,
+        n_blocks,
         HAS_USED=used_q is not None,
         BLOCK_I=16,
         BLOCK_J=512,

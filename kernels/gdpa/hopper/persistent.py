@@ -13,11 +13,16 @@ they cost nothing, and a CTA's next tile reuses its barriers and overlaps its K/
 FA4's forward loops over tiles already (producer and consumers each hold a scheduler and advance in step),
 but it was written for one tile per CTA in one respect: the consumers release Q's shared memory before the
 last key block, and the epilogue then stages O in that same buffer (`sO` aliases `sQ`). With a next tile,
-the producer could land the next Q in the buffer while O is staged there. `DeferredQRelease` holds the
-release back until the epilogue's TMA store has read the buffer (FA4's epilogue waits for that on its store
-warp, and the Q barrier completes only when every consumer warp has arrived), so the next Q load waits for
-the epilogue instead. What that costs: the next tile's Q load is no longer hidden under this tile's last
-block; the K/V loads still are.
+the producer could land the next Q in the buffer while O is staged there. `PersistentForwardMixin` gives O
+a buffer of its own at the end of FA4's shared storage (32 KB at head dim 128: 192 KB in all, of the
+H100/H200's 227), so FA4's early release stands and the next tile's Q loads under this tile's last block
+and epilogue, as its K does. (Before, the release was held back to after the epilogue's TMA store, which left
+the next Q's load latency on every tile boundary: `git show e680132:kernels/gdpa/hopper/persistent.py`; alone,
+without the place index below, taking it off moved nothing, since the consumers' own tile decode took as long:
+kernels/gdpa/hopper/NOTES.md "The persistent forward's tile boundary".)
+The O buffer is reused by the next tile's epilogue only after this tile's TMA store has read it: FA4's
+store warp waits for that (`cp.async.bulk.wait_group.read 0`) before it joins the next epilogue's first
+barrier, which every consumer warp passes before writing O.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
+from flash_attn.cute.named_barrier import NamedBarrierFwd
 from flash_attn.cute.tile_scheduler import SchedulingMode, SingleTileVarlenScheduler
 
 
@@ -66,15 +72,20 @@ class LongestFirstScheduler(PersistentVarlenScheduler):
 
     FA4's varlen decoder already walks a `virtual_batch_idx` order (its tile-count hint then counted in that
     order), but its sm90 forward's `__call__` passes none. The kernel's one per-batch scheduling operand, the
-    tile-count hint, carries both here: [cu (B+1) | order (B)], split into the two again before FA4 builds
-    its decoder from them."""
+    tile-count hint, carries it here with the flat tile index FA4's decoder can read a tile's place from
+    (`blocks_to_batch_idx`, which FA4 builds for its sm100 forward; without it every warp binary-searches the
+    counts at every tile, ~11 dependent loads before the tile starts): [cu (B+1) | order (B) | place (N)], split
+    into the three again before FA4 builds its decoder from them."""
 
     @staticmethod
     def to_underlying_arguments(args, *, scheduling_mode=SchedulingMode.STATIC, loc=None, ip=None):
         packed, batch = args.cu_total_m_blocks_ptr, args.num_batch
         counts = cute.make_tensor(packed.iterator, cute.make_layout(batch + 1))
         order = cute.make_tensor(packed.iterator + (batch + 1), cute.make_layout(batch))
-        args = dataclasses.replace(args, cu_total_m_blocks_ptr=counts, virtual_batch_idx_ptr=order)
+        places = cute.make_tensor(packed.iterator + (2 * batch + 1), cute.make_layout(packed.shape[0] - 2 * batch - 1))
+        args = dataclasses.replace(
+            args, cu_total_m_blocks_ptr=counts, virtual_batch_idx_ptr=order, blocks_to_batch_idx_ptr=places
+        )
         return SingleTileVarlenScheduler.to_underlying_arguments(args, scheduling_mode=scheduling_mode, loc=loc, ip=ip)
 
 
@@ -85,46 +96,37 @@ def persistent_scheduler(num_ctas: int, longest_first: bool = False) -> type:
     return type(f"{base.__name__}{num_ctas}", (base,), {"NUM_CTAS": int(num_ctas)})
 
 
-class DeferredQRelease:
-    """FA4's Q pipeline as mma() sees it, with the consumer release held back: mma() releases Q before the
-    last key block; `release_now()` (called after the epilogue) does it instead."""
-
-    def __init__(self, pipeline):
-        self._pipeline = pipeline
-
-    def __getattr__(self, name):
-        if name == "_pipeline":  # not set yet (a copy under construction): no recursion
-            raise AttributeError(name)
-        return getattr(self._pipeline, name)
-
-    # mma()'s tile loop carries the pipeline as a run-time value: carry the one inside
-    def __extract_mlir_values__(self):
-        return cutlass.extract_mlir_values(self._pipeline)
-
-    def __new_from_mlir_values__(self, values):
-        return DeferredQRelease(cutlass.new_from_mlir_values(self._pipeline, values))
-
-    def consumer_release_w_index(self, *args, **kwargs):
-        pass  # released by release_now() once the epilogue no longer needs the buffer
-
-    def release_now(self):
-        self._pipeline.consumer_release_w_index(0)
-
-
-_MMA_SIGNATURE = inspect.signature(FlashAttentionForwardSm90.mma)
+_EPILOGUE_SIGNATURE = inspect.signature(FlashAttentionForwardSm90.epilogue)
+# the first named barrier FA4's sm90 forward leaves free (it uses 1-6: NamedBarrierFwd)
+EPILOGUE_ENTRY_BARRIER = max(NamedBarrierFwd) + 1
 
 
 class PersistentForwardMixin:
-    """For a subclass of FlashAttentionForwardSm90: Q's shared memory released after the epilogue, so the
-    forward may run several tiles per CTA (`persistent_scheduler`)."""
+    """For a subclass of FlashAttentionForwardSm90: O staged in shared memory of its own, so Q's buffer is
+    free for the next tile from FA4's release before the last key block (`persistent_scheduler`)."""
 
-    def mma(self, *args, **kwargs):
-        bound = _MMA_SIGNATURE.bind(self, *args, **kwargs)
-        self._deferred_q = DeferredQRelease(bound.arguments["pipeline_q"])
-        bound.arguments["pipeline_q"] = self._deferred_q
-        return super().mma(*bound.args[1:], **bound.kwargs)
+    def _get_shared_storage_cls(self):
+        fa4 = super()._get_shared_storage_cls()
+        # FA4's struct, its fields in their order, plus O's: the kernel body allocates whatever struct this
+        # returns, so its launch reserves the O buffer too
+        fields = dict(fa4._cls.__annotations__)
+        fields["sO"] = cute.struct.Align[
+            cute.struct.MemRange[self.dtype, cute.cosize(self.sO_layout)], self.buffer_align_bytes
+        ]
+        storage = cute.struct(type("SharedStorageWithO", (), {"__annotations__": fields}))
+        # the epilogue gets FA4's O view (Q's buffer, swizzled for O's TMA store) and moves it by this many
+        # elements; both offsets are multiples of the buffer alignment, so the swizzle's phase is unchanged
+        self._o_past_q = (storage._offsets["sO"] - storage._offsets["sQ"]) * 8 // self.dtype.width
+        return storage
 
     def epilogue(self, *args, **kwargs):
-        result = super().epilogue(*args, **kwargs)
-        self._deferred_q.release_now()
-        return result
+        bound = _EPILOGUE_SIGNATURE.bind(self, *args, **kwargs)
+        sO = bound.arguments["sO"]
+        bound.arguments["sO"] = cute.make_tensor(sO.iterator + self._o_past_q, sO.layout)
+        # FA4's epilogue uses its named barrier with two counts: every consumer thread, then the same plus the
+        # store warp's second arrival. With Q free early, a warp of another warpgroup can finish a one-block
+        # next tile and reach that barrier while the store warp has not yet made its second arrival for this
+        # tile, completing the wrong phase (and writing O under the store). Here each epilogue starts only once
+        # every consumer thread, the store warp included, has left the one before.
+        cute.arch.barrier(barrier_id=EPILOGUE_ENTRY_BARRIER, number_of_threads=self.num_epilogue_threads)
+        return super().epilogue(*bound.args[1:], **bound.kwargs)
