@@ -447,9 +447,12 @@ def test_persistent_backward_equals_the_one_tile_grid_and_keeps_other_bands(pois
     """The persistent backward computes what FA4's one-key-tile-per-CTA grid computes over the whole batch and
     over bands: dK and dV bit for bit (each key tile's are one CTA's, in one order), dQ to fp32 rounding (its
     tiles reach the accumulator by reduce-adds in another order); a banded launch writes its band's rows only.
-    Also GQA (dK/dV through fp32 reduce-adds) and causal silu, both to fp32 rounding."""
+    Also GQA (dK/dV through fp32 reduce-adds) and causal silu, both to fp32 rounding. It walks the key tiles
+    longest queries first (persistent_bwd.persistent_backward_scheduler; the record says so), so the order and
+    the place index FA4's decoder reads reach every key tile."""
     from kernels.gdpa.bands import Band
     from kernels.gdpa.hopper import launch
+    from kernels.gdpa.launch import record_name
 
     rng = np.random.default_rng(3)
     lengths = np.concatenate([rng.integers(0, 130, 600), rng.integers(500, 1500, 40), [0, 1, 127, 128, 129, 512]])
@@ -459,10 +462,11 @@ def test_persistent_backward_equals_the_one_tile_grid_and_keeps_other_bands(pois
         call = _batch_call(batch, batch.max_q, batch.max_q, act, 0.8, 1.2, causal)
         call = call.with_tensors(kv_offsets=call.q_offsets)
         for band in (Band(), Band(512), Band(0, 128)):
-            outs = []
+            outs, record = [], {}
             for persistent in (False, True):
                 out = tuple(torch.full_like(t, float("nan")) for t in (batch.q, batch.k, batch.v))
-                outs.append(launch.backward(call, batch.dout, band, out=out, persistent=persistent))
+                outs.append(launch.backward(call, batch.dout, band, out=out, persistent=persistent, record=record))
+            assert "longest first" in record[record_name("hopper_bwd", band)]["scheduler"]  # 646 sequences
             rows = torch.repeat_interleave(torch.as_tensor(lengths), torch.as_tensor(lengths)).to(batch.q.device)
             inside = (rows >= band.lo) & (rows < band.hi_arg)
             for name, grid, pers in zip(("dq", "dk", "dv"), *outs, strict=True):

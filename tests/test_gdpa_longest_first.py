@@ -262,3 +262,54 @@ def test_the_longest_first_forward_cross_compiles(tmp_path):
     # loads, 3,642 PTX lines; with the place index 4, 24 and 2,660)
     assert found["LONGEST_FIRST"].count("shfl.sync") * 10 < found["BATCH_ORDER"].count("shfl.sync")
     assert found["LONGEST_FIRST"].count("ld.global") < found["BATCH_ORDER"].count("ld.global")
+
+
+_COMPILE_BWD = """
+import os, pathlib
+import torch
+from kernels.gdpa.hopper import launch
+dump = pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"])
+def compile_(name, batch, groups, causal, banded):
+    key = launch.backward_kernel(torch.bfloat16, 128, groups, "fast_gelu", causal, batch, 2048, 2048, banded, 132)[2]
+    (ptx,) = dump.glob("cutlass*Persistent*.ptx")  # named by the signature: the next compile would write over it
+    print(name, ("longest first",) in key, ptx.rename(dump / f"{name}.ptx"))
+compile_("BATCH_ORDER", 4096, 1, False, False)
+compile_("LONGEST_FIRST", 1152, 1, False, False)
+compile_("BANDED_GQA", 1152, 2, False, True)
+compile_("CAUSAL", 1152, 1, True, False)
+launch.backward_kernel(torch.bfloat16, 128, 1, "fast_gelu", False, 1152, 2048, 2048, False, 0)  # FA4's grid
+(grid,) = [p for p in dump.glob("cutlass*.ptx") if p.name.endswith(".sm_90a.ptx")]
+print("GRID", "-", grid.rename(dump / "GRID.ptx"))
+"""
+
+
+@_needs_fa4
+def test_the_persistent_backward_walks_longest_first_and_reads_places(tmp_path):
+    """Cross-compiled for sm_90a (no GPU): the persistent backward up to LONGEST_FIRST_MAX_BATCH sequences takes the
+    forward's longest-first scheduler (persistent_bwd.persistent_backward_scheduler; its operand made with the roles
+    of queries and keys swapped, as FA4's backward swaps them): it builds whole, banded with GQA and causal, takes
+    the order and the place index as two operands more, and its three roles' tile decodes lose their warp scans
+    (at 87fd521, batch order: 148 shuffles and 5,217 PTX lines; longest first: 4 and 3,739). Past the limit the
+    batch order stays. Every role waits for the launch before it (programmatic dependent launch) before its first
+    decode."""
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _COMPILE_BWD], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line.split(" ") for line in run.stdout.splitlines()]
+    assert {name: flag for name, flag, _ in rows} == {
+        "BATCH_ORDER": "False",
+        "LONGEST_FIRST": "True",
+        "BANDED_GQA": "True",
+        "CAUSAL": "True",
+        "GRID": "-",
+    }
+    found = {name: Path(path).read_text() for name, _, path in rows}
+    assert _params(found["LONGEST_FIRST"]) == _params(found["BATCH_ORDER"]) + 2
+    assert found["LONGEST_FIRST"].count("shfl.sync") * 10 < found["BATCH_ORDER"].count("shfl.sync")
+    # FA4 launches its backward with programmatic dependent launch; its load and dQ warps wait for the launch
+    # before (2 waits), its MMA warps do not. The persistent walk's three roles wait before their first decode
+    # too, since the operand they decode from (the order and the places, or the tile counts) is that launch's
+    for name in ("BATCH_ORDER", "LONGEST_FIRST"):
+        assert found[name].count("griddepcontrol.wait") == found["GRID"].count("griddepcontrol.wait") + 3, name

@@ -14,7 +14,6 @@ import functools
 import cutlass.cute as cute
 import torch
 from cutlass import Float32, Int32
-from flash_attn.cute.flash_bwd_postprocess import FlashAttentionBackwardPostprocess
 from flash_attn.cute.interface import BwdConfig
 from flash_attn.cute.utils import AuxData
 from quack.compile_utils import make_fake_tensor
@@ -45,6 +44,7 @@ from kernels.gdpa.hopper.plans import (
     backward_plan,
     forward_config,
 )
+from kernels.gdpa.hopper.postprocess import postprocess
 from kernels.gdpa.hopper.scheduler import tile_counts
 from kernels.gdpa.launch import record_name
 
@@ -217,12 +217,14 @@ def _compile_backward(
     hint: bool,
     banded: bool,
     persistent_ctas: int = 0,
+    longest_first: bool = False,
 ):
     act = activations.build(activation, DEVICE_OPS, fold=dtype is not TORCH_TO_CUTE[torch.float16])  # fp16: P
     kernel_cls, scheduler = GDPABackwardSm90, None
+    assert persistent_ctas or not longest_first, "longest first is a persistent grid's order"
     if persistent_ctas:
         kernel_cls = GDPABackwardSm90Persistent
-        scheduler = persistent_backward_scheduler(persistent_ctas, plan.cfg.num_wg * 128)
+        scheduler = persistent_backward_scheduler(persistent_ctas, plan.cfg.num_wg * 128, longest_first)
     kernel = kernel_cls(
         dtype,
         head_dim,
@@ -234,10 +236,10 @@ def _compile_backward(
         pair_blocks=plan.pairs,
     )
     with backward_scheduler(scheduler):
-        return _compile_backward_kernel(kernel, dtype, head_dim, groups, banded, hint)
+        return _compile_backward_kernel(kernel, dtype, head_dim, groups, banded, hint, longest_first)
 
 
-def _compile_backward_kernel(kernel, dtype, head_dim: int, groups: int, banded: bool, hint: bool):
+def _compile_backward_kernel(kernel, dtype, head_dim: int, groups: int, banded: bool, hint: bool, longest_first: bool):
     sym = cute.sym_int
     total_q, total_k, h, b1 = sym(), sym(), sym(), sym()
     h_kv = sym() if groups > 1 else h
@@ -273,56 +275,11 @@ def _compile_backward_kernel(kernel, dtype, head_dim: int, groups: int, banded: 
         None,
         AuxData(),
         None,
-        fake_i32_vector(b1) if hint else None,
+        # longest first: [counts (B+1) | order (B) | places], another size
+        fake_i32_vector(sym()) if longest_first else (fake_i32_vector(b1) if hint else None),
         fake_stream(),
         options="--enable-tvm-ffi",
     )
-
-
-def _compile_postprocess(
-    dtype,
-    head_dim: int,
-    tile: int,
-    num_threads: int,
-    atom_layout: int,
-    swap_ab: bool,
-    hdim_multiple: int,
-    hint: bool,
-    banded: bool,
-):
-    sym = cute.sym_int
-    total, h, accum, b1 = sym(), sym(), sym(), sym()
-    post = FlashAttentionBackwardPostprocess(
-        dtype, head_dim, 90, tile, num_threads, atom_layout, swap_ab, hdim_multiple_of=hdim_multiple
-    )
-    return cute.compile(
-        post,
-        make_fake_tensor(Float32, (h, accum), divisibility=4),
-        make_fake_tensor(dtype, (total, h, head_dim), divisibility=128 // dtype.width),
-        Float32(1.0),
-        fake_i32_vector(b1),
-        fake_i32_vector(sym()) if banded else None,
-        None,
-        fake_i32_vector(b1) if hint else None,
-        fake_stream(),
-        options="--enable-tvm-ffi",
-    )
-
-
-def postprocess_kernel(dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded):
-    key = ("post", dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded)
-    return compiled(
-        key,
-        lambda: _compile_postprocess(
-            dtype, head_dim, tile, num_threads, atom_layout, swap_ab, hdim_multiple, hint, banded
-        ),
-    ), key
-
-
-def _postprocess(accum, out, scale, offsets, used, dtype, head_dim, tile, threads, atom, swap_ab, mult, cu_blocks):
-    banded = used is not None
-    fn = postprocess_kernel(dtype, head_dim, tile, threads, atom, swap_ab, mult, cu_blocks is not None, banded)[0]
-    fn(accum, out, float(scale), offsets, used, None, cu_blocks)
 
 
 def backward_kernel(
@@ -341,9 +298,12 @@ def backward_kernel(
     a persistent grid of that many CTAs (persistent_bwd.py); 0: FA4's one CTA per key tile."""
     plan, cdtype = backward_plan(head_dim, bool(causal), max_q, max_kv), TORCH_TO_CUTE[dtype]
     hint = batch > SCHEDULER_HINT_MIN_BATCH
+    longest_first = forward_config(head_dim, groups, batch, banded, persistent_ctas).longest_first  # the forward's rule
+    hint = hint and not longest_first  # the order's operand replaces the hint (one kernel whatever the batch)
     key = ("bwd", cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded)
     key += (("persistent", int(persistent_ctas)),) if persistent_ctas else ()  # FA4's grid keeps its old key
-    args = (cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded, int(persistent_ctas))
+    key += (("longest first",),) if longest_first else ()
+    args = (cdtype, head_dim, groups, activation, bool(causal), plan, hint, banded, int(persistent_ctas), longest_first)
     return compiled(key, lambda: _compile_backward(*args)), plan, key
 
 
@@ -395,8 +355,15 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
             )
         else:
             dk_out, dv_out = dk, dv
+        longest = ("longest first",) in key
         cu_blocks_q = tile_counts(q_offsets, tile_m, used=used_q) if hint else None
-        cu_blocks_k = tile_counts(kv_offsets, tile_n, used=used_k) if hint else None
+        # the main kernel's scheduling operand, and GQA's dK/dV postprocess's (batch order)
+        cu_blocks_k = tile_counts(kv_offsets, tile_n, used=used_k) if hint and (groups > 1 or not longest) else None
+        walk = cu_blocks_k
+        if longest:  # FA4's backward swaps the roles: key tiles, their queries' cost
+            walk = longest_first_order(
+                kv_offsets, q_offsets, tile_n, 1, used_k, used_q, rows_q=k.shape[0], max_q=call.max_kv, stride=ctas
+            )
         # FA4 scales dK by its softmax_scale in the epilogue and dQ in the postprocess: alpha * qk_scale
         # there, so the pointwise computes dS without either
         grad_scale = alpha * qk_scale
@@ -422,10 +389,10 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
             None,
             AuxData(None, None),
             None,
-            cu_blocks_k,
+            walk,
         )
         post_threads = 128 if cfg.dQ_single_wg else cfg.num_wg * 128
-        _postprocess(
+        postprocess(
             dq_accum,
             dq,
             dq_sign * grad_scale,
@@ -443,7 +410,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
         if groups > 1:
             dv_scale = activations.dv_scale(call.activation, grad_scale, q.dtype != torch.float16)
             for accum, grad, scale in ((dk_out, dk, grad_scale), (dv_out, dv, dv_scale)):
-                _postprocess(
+                postprocess(
                     accum,
                     grad,
                     scale,
@@ -466,7 +433,7 @@ def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, pers
             "query_blocks_per_step": 2 if plan.pairs else 1,
             "gqa_accumulators": groups > 1,
             "scheduler": (f"persistent, {ctas} CTAs" if ctas else "FA4 one key tile per CTA")
-            + (" + tile-count hint" if hint else ""),
+            + (" + longest first" if longest else (" + tile-count hint" if hint else "")),
             "band": band.describe(),
             "activation": call.activation,
             "compile_s": COMPILE_SECONDS.get(key, 0.0),

@@ -25,7 +25,7 @@ import cutlass.cute as cute
 from flash_attn.cute import flash_bwd_sm90 as fa4_bwd_sm90
 from flash_attn.cute.named_barrier import NamedBarrierBwd
 
-from kernels.gdpa.hopper.persistent import PersistentVarlenScheduler
+from kernels.gdpa.hopper.persistent import LongestFirstScheduler, PersistentVarlenScheduler
 
 # The first hardware barrier id after FA4's backward ones (0 is __syncthreads; NamedBarrierBwd runs 1..11)
 KV_FREE = max(int(b) for b in NamedBarrierBwd) + 1
@@ -39,15 +39,30 @@ class PersistentBackwardScheduler(PersistentVarlenScheduler):
 
     THREADS = 288
 
+    def initial_work_tile_info(self, *, loc=None, ip=None):
+        # FA4's backward launches with programmatic dependent launch, and only its load and dQ warps wait for the
+        # launch before it, the load warp after its first decode: every role waits here, before it reads the
+        # scheduling operand that launch wrote (the tile counts, or the order and place index)
+        cute.arch.griddepcontrol_wait()
+        return super().initial_work_tile_info(loc=loc, ip=ip)
+
     def prefetch_next_work(self, *, loc=None, ip=None):
         cute.arch.barrier(barrier_id=KV_FREE, number_of_threads=self.THREADS)
 
 
-def persistent_backward_scheduler(num_ctas: int, mma_threads: int) -> type:
-    """The scheduler class for a grid of `num_ctas` CTAs whose MMA warpgroups hold `mma_threads` threads."""
-    name = f"PersistentBackwardScheduler{num_ctas}x{mma_threads}"
+def persistent_backward_scheduler(num_ctas: int, mma_threads: int, longest_first: bool = False) -> type:
+    """The scheduler class for a grid of `num_ctas` CTAs whose MMA warpgroups hold `mma_threads` threads.
+
+    `longest_first`: the walk goes over the sequences longest queries first (a key tile's cost is its sequence's
+    query blocks) and reads each key tile's sequence from a place index in one load, as the persistent forward
+    does (persistent.LongestFirstScheduler; its hint operand is `longest_first.longest_first_order`'s with the
+    roles of queries and keys swapped, as FA4's backward swaps them). Without it every key tile binary-searches
+    the tile counts in every warp, and the static stride hands each CTA whatever key tiles land on it: the walk
+    was 2-7% slower than FA4's grid (kernels/gdpa/PERF.md "The persistent Hopper backward")."""
+    name = f"PersistentBackwardScheduler{num_ctas}x{mma_threads}{'LongestFirst' if longest_first else ''}"
     threads = int(mma_threads) + cute.arch.WARP_SIZE
-    return type(name, (PersistentBackwardScheduler,), {"NUM_CTAS": int(num_ctas), "THREADS": threads})
+    bases = (PersistentBackwardScheduler, LongestFirstScheduler) if longest_first else (PersistentBackwardScheduler,)
+    return type(name, bases, {"NUM_CTAS": int(num_ctas), "THREADS": threads})
 
 
 class PersistentBackwardMixin:

@@ -16,8 +16,8 @@ from kernels.gdpa.hopper.launch import (
     forward_config,
     forward_kernel,
     hdim_multiple,
-    postprocess_kernel,
 )
+from kernels.gdpa.hopper.postprocess import postprocess_kernel
 from kernels.gdpa.hopper.scheduler import tile_counts_kernel
 
 
