@@ -16,6 +16,12 @@ NVML's SM clock read between replays is kept beside each figure. A "tile" is 128
     # on the GPU machine, FA4 installed, the Hopper kernels in $GDPA_HOPPER_KERNEL_DIR (h200_session.sh env):
     PYTHONPATH=. python docs/experiments/tile_cost_gpu.py [--lengths 128 256 512 1024 2048] [--rounds 3]
     # -> $OUT/tile_cost.json and a table; ~2 min with the compiles
+
+`--pass bwd` (2026-12-07, twenty-eighth session: hopper/NOTES.md "The persistent backward's tile boundary"): the
+same for the Hopper backward's main kernel and its dQ postprocess, called as the backend calls them
+(`launch.backward`), as the persistent walk (`walk`) and FA4's grid (`grid`); a tile is a 128-row key tile and
+its steps are 64-row query blocks, so the intercept is a key tile's own cost (prologue, epilogue, the next tile's
+loads under `KV_FREE`) in µs of one SM and in query blocks. -> $OUT/tile_cost_bwd.json.
 """
 
 from __future__ import annotations
@@ -41,8 +47,8 @@ MAX_TOKENS = 6_000_000  # ~6 GB a tensor at H 4, D 128: q, k, v and three output
 MAX_ROWS = 65535 // H  # the 2026-12-07 H100 run's batches (rows on grid y alone before the rows fold landed)
 
 
-def batch_size(length: int) -> int:
-    return max(1, min(WORK // length**2, MAX_TOKENS // length, MAX_ROWS))
+def batch_size(length: int, most: int = MAX_ROWS) -> int:
+    return max(1, min(WORK // length**2, MAX_TOKENS // length, most))
 
 
 def fit(points: list[tuple[float, float]]) -> tuple[float, float] | None:
@@ -80,11 +86,38 @@ def providers(q, k, v, offsets, length):
     return {"hopper": op("hopper"), "triton": op("triton"), "fa4": fa4}
 
 
+BWD_NAMES, BWD_STEP = ("walk", "grid"), 64  # the backward's providers; its query block (the plan's tile_m at D 128)
+
+
+def backward_providers(q, k, v, offsets, length):
+    """{name: fn} for one batch: the Hopper backward as the backend launches it, persistent walk and FA4's grid."""
+    import torch
+
+    from kernels.gdpa.bands import WHOLE
+    from kernels.gdpa.call import GDPACall
+    from kernels.gdpa.hopper import launch
+
+    call = GDPACall(q, k, v, offsets, offsets, length, length, "fast_gelu", 1.0, 1.0, False)
+    do = torch.randn_like(q)
+    grads = tuple(torch.empty_like(t) for t in (q, k, v))
+
+    def walk(persistent):
+        return lambda: launch.backward(call, do, WHOLE, out=grads, persistent=persistent)
+
+    return {"walk": walk(True), "grid": walk(False)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 384, 512, 768, 1024, 2048])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pass", dest="mode", choices=("fwd", "bwd"), default="fwd")
     args = ap.parse_args()
+    bwd = args.mode == "bwd"
+    names, step = (BWD_NAMES, BWD_STEP) if bwd else (NAMES, TILE)
+    from kernels.gdpa.hopper.longest_first import LONGEST_FIRST_MAX_BATCH
+
+    json_name = "tile_cost_bwd.json" if bwd else "tile_cost.json"
     import torch
     from triton.testing import do_bench
 
@@ -105,13 +138,13 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     result: dict = {"gpu": torch.cuda.get_device_name(0), "sms": sms, "work": WORK, "rows": {}}
     for length in args.lengths:
-        b = batch_size(length)
+        b = batch_size(length, LONGEST_FIRST_MAX_BATCH if bwd else MAX_ROWS)  # bwd: the walk longest first throughout
         g = torch.Generator(device=device).manual_seed(0)
         n = b * length
         q, k, v = ((torch.randn(n, H, D, generator=g, device=device) * D**-0.25).to(torch.bfloat16) for _ in range(3))
         offsets = torch.arange(0, n + 1, length, dtype=torch.int32, device=device)
         fns, errors = {}, {}
-        for name, fn in providers(q, k, v, offsets, length).items():
+        for name, fn in (backward_providers if bwd else providers)(q, k, v, offsets, length).items():
             try:
                 fn()  # compiles, autotunes
                 torch.cuda.synchronize()
@@ -127,8 +160,8 @@ def main() -> int:
                 rec = graph_time(fn, device, flush, ms, clock=clock)
                 times[name].append(rec["ms"] if rec["ms"] is not None else ms)
                 clocks[name].append(rec.get("sm_clock_mhz"))
-        tiles = b * H * (length // TILE + (length % TILE > 0))
-        blocks = length / TILE
+        tiles = b * H * (length // TILE + (length % TILE > 0))  # query tiles (fwd) or key tiles (bwd): 128 rows
+        blocks = length / step  # a tile's steps: 128-row key blocks (fwd), 64-row query blocks (bwd)
         row = {"B": b, "tiles": tiles, "key_blocks_per_tile": blocks, "errors": errors}
         for name in fns:
             ms = statistics.median(times[name])
@@ -139,30 +172,31 @@ def main() -> int:
                 "rounds_ms": times[name],
                 "mhz": statistics.median(mhz) if mhz else None,
                 "per_tile_us": per_tile_us,
-                "tflops": 4 * H * D * b * length**2 / ms / 1e9,
+                "tflops": (2.5 if bwd else 1.0) * 4 * H * D * b * length**2 / ms / 1e9,
             }
         result["rows"][str(length)] = row
         del q, k, v, fns
         torch.cuda.empty_cache()
-        (out_dir / "tile_cost.json").write_text(json.dumps(result, indent=1))
+        (out_dir / json_name).write_text(json.dumps(result, indent=1))
 
     print(f"\n{result['gpu']}, {sms} SMs, B·L² = {WORK}: per tile = ms × SMs / tiles (µs of one SM)")
-    print(f"  {'L':>5} {'B':>6} {'blocks':>6}" + "".join(f"{n + ' ms':>12}{'µs/tile':>9}{'TF/s':>6}" for n in NAMES))
+    print(f"  {'L':>5} {'B':>6} {'blocks':>6}" + "".join(f"{n + ' ms':>12}{'µs/tile':>9}{'TF/s':>6}" for n in names))
     for length, row in result["rows"].items():
         cells = "".join(
             f"{row[n]['ms']:>12.3f}{row[n]['per_tile_us']:>9.2f}{row[n]['tflops']:>6.0f}"
             if n in row
             else f"{'error':>27}"
-            for n in NAMES
+            for n in names
         )
         print(f"  {length:>5} {row['B']:>6} {row['key_blocks_per_tile']:>6.1f}{cells}")
-    for name in NAMES:
+    for name in names:
         line = fit([(r["key_blocks_per_tile"], r[name]["per_tile_us"]) for r in result["rows"].values() if name in r])
         if line:
             a, b = line
             result.setdefault("fits", {})[name] = {"tile_us": a, "block_us": b, "tile_in_blocks": a / b if b else None}
-            print(f"  {name}: a tile {a:.2f} µs + {b:.2f} µs a key block (a tile's own cost = {a / b:.2f} key blocks)")
-    (out_dir / "tile_cost.json").write_text(json.dumps(result, indent=1))
+            unit = "query block" if bwd else "key block"
+            print(f"  {name}: a tile {a:.2f} µs + {b:.2f} µs a {unit} (a tile's own cost = {a / b:.2f} {unit}s)")
+    (out_dir / json_name).write_text(json.dumps(result, indent=1))
     return 0
 
 
