@@ -37,3 +37,30 @@ def test_ncus_plain_page_with_its_trailing_commas_parses():
     assert stall == "Warp Stall Sampling (All Samples)"
     assert [r["Source"] for r in rows] == ["MUFU.EX2 R4, R4", "@P1 BRA 0x7f00"] and rows[0][stall] == "1,234"
     assert ncu_script.source_rows("no page: ncu said nothing") == ([], None)
+
+
+def test_the_shape_options_reach_the_profiled_child_and_bad_ones_get_one_line(monkeypatch, tmp_path, capsys):
+    """`--batch 2048 --length 128` (the walk's key-tile cost) must profile that batch, not the default one: the
+    options travel on the child's command line; a non-positive one is argparse's one line and exit 2."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    seen = []
+
+    class Failed:
+        returncode, stdout, stderr = 3, "", "stopped here"
+
+    monkeypatch.setattr(ncu_script.shutil, "which", lambda _: "/usr/bin/ncu")
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **_: seen.append(cmd) or Failed())
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["bwd_loop_ncu.py", "--batch", "2048", "--length", "128"])
+    assert ncu_script.main() == 3
+    child = seen[0][seen[0].index("--child") :]
+    assert child == ["--child", "--batch", "2048", "--length", "128"]
+
+    monkeypatch.setattr(sys, "argv", ["bwd_loop_ncu.py", "--length", "0"])
+    with pytest.raises(SystemExit) as stop:
+        ncu_script.main()
+    assert stop.value.code == 2 and "--length 0" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +118,30 @@ def test_unsupported_mixed_dtypes_and_head_dims():
     q, k, v = _qkv()
     assert hopper.unsupported(_call(q, k.half(), v, "relu")) == "q, k and v must share one dtype"
     assert hopper.unsupported(_call(q, k[..., :64], v[..., :64], "relu")) == "q, k and v must share one head dim"
+
+
+@pytest.mark.parametrize("sequences, walks", [(1, True), (1152, True), (2048, True), (2049, False), (16500, False)])
+def test_the_backends_backward_walks_where_it_goes_longest_first(monkeypatch, sequences, walks):
+    """The Hopper row's backward is the persistent walk up to 2,048 sequences (where it goes longest first),
+    FA4's grid above (plans.backward_walks); the pinned `hopper_persistent` row walks at every size and is no
+    candidate of auto's (backends.py)."""
+    if importlib.util.find_spec("flash_attn") is None:
+        pytest.skip("needs flash-attn-4 (the fa4 extra)")
+    from kernels.gdpa import backends
+    from kernels.gdpa.bands import WHOLE
+    from kernels.gdpa.hopper import launch, persistent_backend
+
+    seen = []
+
+    def backward(call, do, band, out=None, record=None, persistent=False):
+        seen.append(persistent)
+
+    monkeypatch.setattr(launch, "backward", backward)
+    call = types.SimpleNamespace(batch=sequences)
+    hopper.backward(call, None, WHOLE)
+    persistent_backend.backward(call, None, WHOLE)
+    assert seen == [walks, True]
+    assert backends.ROWS["hopper_persistent"].prefer == {} and "bwd" in backends.ROWS["hopper"].prefer
 
 
 # ------------------------------------------------------------------------------- activation math (torch)
@@ -278,7 +303,9 @@ SHORT_K = [0, 5, 64, 128, 129, 1, 200, 256, 80, 81]
 )
 def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, alpha, qk, long_q):
     """Every backward plan (launch.backward_plan) is among these: split 64x128 with paired query blocks
-    (head dim 128), fused 128x128 (head dim 64)."""
+    (head dim 128), fused 128x128 (head dim 64). The backward both ways: the backend's own (the persistent walk,
+    longest first, at these batch sizes) and FA4's grid (the backend's above 2,048 sequences)."""
+    from kernels.gdpa.bands import WHOLE
     from kernels.gdpa.hopper import launch
     from kernels.reference import reference_outputs
     from kernels.registry import CaseSpec
@@ -290,14 +317,18 @@ def test_matches_fp32_reference(poisoned, activation, causal, h, hkv, d, dtype, 
     call = _batch_call(batch, batch.max_q, batch.max_kv, activation, alpha, qk, causal)
     record = {}
     out = launch.forward(call, record=record)
-    grads = launch.backward(call, batch.dout, record=record)
+    grid = launch.backward(call, batch.dout, persistent=False)  # FA4's grid: the backend's above 2,048 sequences
+    grads = hopper.backward(call, batch.dout, WHOLE, record=record)  # the backend's own: the persistent walk here
     tol = 3e-3 if dtype == torch.bfloat16 else 1e-3
     for name, got, ref in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref_out, *ref_grads), strict=True):
         assert _relerr(got, ref) <= tol, name
+    for name, got, ref in zip(("dq", "dk", "dv"), grid, ref_grads, strict=True):
+        assert _relerr(got, ref) <= tol, ("grid", name)
     assert record["hopper_fwd"]["tile"] and record["hopper_bwd"]["activation"] == activation
     expect = "fused" if d == 64 else "split"
     assert record["hopper_bwd"]["pointwise"] == expect
     assert record["hopper_bwd"]["query_blocks_per_step"] == (2 if expect == "split" else 1)  # bwd.py pair_blocks
+    assert record["hopper_bwd"]["scheduler"].endswith("CTAs + longest first"), record["hopper_bwd"]
 
 
 def _batch_call(batch, max_q, max_kv, activation, alpha, qk, causal):
@@ -669,10 +700,11 @@ def test_key_tiles_racing_for_a_query_tile_each_add_exactly_once(poisoned, persi
 
 @gpu
 @needs_hopper
-def test_the_persistent_backward_is_a_backend_the_op_runs_and_auto_times(poisoned):
-    """`backend="hopper_persistent"` (kernels/gdpa/hopper/persistent_backend.py) through the public op: its
-    forward is the Hopper row's, bit for bit; its backward the persistent walk's — dK and dV bit for bit the
-    grid's, dQ to fp32 rounding — and auto's measured backward candidates include it, its forward's not."""
+def test_the_hopper_backward_is_the_persistent_walk_and_the_pinned_row_runs_the_same(poisoned):
+    """Through the public op at 646 sequences: `backend="hopper"` runs the persistent walk longest first
+    (plans.backward_walks), and `backend="hopper_persistent"` (persistent_backend.py, pinned only) the same kernel
+    — forward, dK and dV bit for bit, dQ to fp32 rounding (its adds land in any order) — and auto no longer times
+    that row in either pass."""
     from kernels.gdpa import GDPAOptions, choice, gdpa
     from kernels.gdpa.call import GDPACall
     from kernels.gdpa.plan import candidates, label
@@ -687,12 +719,14 @@ def test_the_persistent_backward_is_a_backend_the_op_runs_and_auto_times(poisone
         out = gdpa(batch.q, batch.k, batch.v, batch.q_offsets, batch.q_offsets, batch.max_q, batch.max_kv,
                    options=GDPAOptions(backend=backend), record=record)  # fmt: skip
         runs[backend] = (out.detach(), torch.autograd.grad(out, (batch.q, batch.k, batch.v), batch.dout), record)
-    (out, (dq, dk, dv), _), (p_out, (p_dq, p_dk, p_dv), record) = runs["hopper"], runs["hopper_persistent"]
-    assert record["dispatch"]["bwd"]["backend"] == "hopper_persistent", record["dispatch"]
+    (out, (dq, dk, dv), record), (p_out, (p_dq, p_dk, p_dv), p_record) = runs["hopper"], runs["hopper_persistent"]
+    assert p_record["dispatch"]["bwd"]["backend"] == "hopper_persistent", p_record["dispatch"]
+    for r in (record, p_record):
+        assert r["hopper_bwd"]["scheduler"].endswith("CTAs + longest first"), r["hopper_bwd"]
     assert torch.equal(out, p_out) and torch.equal(dk, p_dk) and torch.equal(dv, p_dv)
     assert _relerr(p_dq.float(), dq.float()) <= 1e-2
     call = GDPACall(batch.q, batch.k, batch.v, batch.q_offsets, batch.q_offsets, batch.max_q, batch.max_kv,
                     "fast_gelu", 1.0, 1.0, False)  # fmt: skip
     choice.forget()
-    assert "hopper_persistent" in [label(c) for c in candidates("bwd", call, GDPAOptions())]
-    assert "hopper_persistent" not in [label(c) for c in candidates("fwd", call, GDPAOptions())]
+    for mode in ("fwd", "bwd"):
+        assert "hopper_persistent" not in [label(c) for c in candidates(mode, call, GDPAOptions())]

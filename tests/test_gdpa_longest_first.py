@@ -309,7 +309,8 @@ def test_the_persistent_backward_walks_longest_first_and_reads_places(tmp_path):
     assert _params(found["LONGEST_FIRST"]) == _params(found["BATCH_ORDER"]) + 2
     assert found["LONGEST_FIRST"].count("shfl.sync") * 10 < found["BATCH_ORDER"].count("shfl.sync")
     # FA4 launches its backward with programmatic dependent launch; its load and dQ warps wait for the launch
-    # before (2 waits), its MMA warps do not. The persistent walk's three roles wait before their first decode
-    # too, since the operand they decode from (the order and the places, or the tile counts) is that launch's
-    for name in ("BATCH_ORDER", "LONGEST_FIRST"):
-        assert found[name].count("griddepcontrol.wait") == found["GRID"].count("griddepcontrol.wait") + 3, name
+    # before (2 waits), its MMA warps do not. Every role of the persistent walk and of FA4's grid as we launch it
+    # waits before its first decode too (3 more), since the operand they decode from (the order and the places,
+    # or the tile counts) is that launch's
+    for name in ("BATCH_ORDER", "LONGEST_FIRST", "GRID"):
+        assert found[name].count("griddepcontrol.wait") == 2 + 3, name

@@ -9,8 +9,13 @@ XU = MUFU, tensor), issue-slot use, the top warp stall reasons and the instructi
 stall samples per SASS instruction (where the warps wait: the wgmma waits, the PdS barrier, the pointwise) summed
 by opcode and the top instructions ($OUT/bwd_loop_sass_<kernel>.csv.gz).
 
+`--batch B --length L` profiles another uniform batch: `--batch 2048 --length 128` is where a key tile's own cost
+is 59% of the persistent walk's tile (kernels/gdpa/PERF.md "dK in its own buffer": 10.3 µs a key tile + 2.3 a
+query block) — the stall page of the walk (the Hopper backward up to 2,048 sequences) beside FA4's grid there says
+whether those 10 µs are the prologue's first TMA latency, the epilogue, or the dQ warp's last reduce-add.
+
     # on the GPU machine, FA4 installed, the Hopper kernels in $GDPA_HOPPER_KERNEL_DIR (or compiled there):
-    PYTHONPATH=. python docs/experiments/bwd_loop_ncu.py
+    PYTHONPATH=. python docs/experiments/bwd_loop_ncu.py [--batch B --length L]
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 B, H, D, L = 128, 4, 128, 2048
 
 
-def child() -> None:
+def child(B: int = B, L: int = L) -> None:
     import torch
 
     from kernels.gdpa import GDPAOptions, gdpa
@@ -120,9 +125,13 @@ def summarize(rows: list[dict], top: int = 2, shape: str = f"uniform B {B} L {L}
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=B, help=f"sequences (default {B})")
+    p.add_argument("--length", type=int, default=L, help=f"every sequence's length (default {L})")
     args = p.parse_args()
+    if args.batch < 1 or args.length < 1:
+        p.error(f"--batch {args.batch} --length {args.length}: allowed: positive whole numbers")
     if args.child:
-        child()
+        child(args.batch, args.length)
         return 0
     ncu = shutil.which("ncu")
     if not ncu:
@@ -132,7 +141,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     rep = Path("/tmp/bwd_loop.ncu-rep")
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--set", "full", "--import-source", "no",
-           "--export", str(rep), "--force-overwrite", sys.executable, __file__, "--child"]  # fmt: skip
+           "--export", str(rep), "--force-overwrite", sys.executable, __file__, "--child",
+           "--batch", str(args.batch), "--length", str(args.length)]  # fmt: skip
     print("+ " + " ".join(cmd), flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     print(proc.stdout[-3000:], proc.stderr[-3000:])
@@ -142,7 +152,7 @@ def main() -> int:
                          capture_output=True, text=True)  # fmt: skip
     with gzip.open(out / "bwd_loop_ncu.csv.gz", "wt") as fh:
         fh.write(raw.stdout)
-    summarize(rows_of(raw.stdout))
+    summarize(rows_of(raw.stdout), shape=f"uniform B {args.batch} L {args.length} H {H} D {D} bf16 fast_gelu")
     for tag, kernel in (("gdpa_hopper", "regex:GDPABackwardSm90"), ("fa4", "regex:FlashAttentionBackwardSm90")):
         where_stalled(ncu, rep, tag, kernel, out)
     return 0

@@ -132,6 +132,13 @@ def prebuild(directory: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------
+def walks(call) -> bool:
+    """The backward the Hopper backend runs for this call: the persistent walk or FA4's grid (plans.py)."""
+    from kernels.gdpa.hopper.plans import backward_walks
+
+    return backward_walks(call.batch)
+
+
 def _offsets(lengths, device):
     o = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=o[1:])
@@ -165,7 +172,7 @@ def check_correctness(log, results):
                 act, alpha, qk, causal,
             )  # fmt: skip
             out = launch.forward(call)
-            dq, dk, dv = launch.backward(call, batch.dout)
+            dq, dk, dv = launch.backward(call, batch.dout, persistent=walks(call))
             torch.cuda.synchronize()
             row.update(
                 out=_relerr(out, ref_out), dq=_relerr(dq, ref_dq), dk=_relerr(dk, ref_dk), dv=_relerr(dv, ref_dv)
@@ -240,7 +247,7 @@ def _time_one(name, lq, lk, row):
     call = GDPACall(q, k, v, qo, ko, mq, mk, "fast_gelu", 1.0, 1.0, False)
     record = {}
     out = launch.forward(call, record=record)
-    grads = launch.backward(call, do, record=record)
+    grads = launch.backward(call, do, record=record, persistent=walks(call))
     errs = {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0}  # on the first three non-empty sequences
     qo_h, ko_h, spec = qo.cpu().numpy(), ko.cpu().numpy(), CaseSpec(activation="fast_gelu")
     for b in [i for i in range(len(lq)) if lq[i] and lk[i]][:3]:
@@ -257,7 +264,7 @@ def _time_one(name, lq, lk, row):
             errs[n] = max(errs[n], _relerr(got, r.detach()))
     row["relerr"], row["record"] = errs, record
     row["hopper_fwd"] = flops / bench(lambda: launch.forward(call)) * 1e-9
-    row["hopper_bwd"] = 2.5 * flops / bench(lambda: launch.backward(call, do)) * 1e-9
+    row["hopper_bwd"] = 2.5 * flops / bench(lambda: launch.backward(call, do, persistent=walks(call))) * 1e-9
     varlen = dict(cu_seqlens_q=qo, cu_seqlens_k=ko, max_seqlen_q=mq, max_seqlen_k=mk)
     row["fa4_fwd"] = flops / bench(lambda: flash_attn_varlen_func(q, k, v, **varlen)) * 1e-9
     o_sm, lse = flash_attn_varlen_func(q, k, v, **varlen, return_lse=True)[:2]

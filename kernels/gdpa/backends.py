@@ -13,8 +13,8 @@ so the launches of several bands fill one output. Adding a backend = its package
 A row's `prefer` says, per pass, the length bands where backend="auto" runs it (plan.py): the first row (in
 table order) that prefers a band and can run the call gets it; the last row runs everything and takes what
 no other row does. A pass a row names, even with no band, makes it one of auto's measured candidates for that
-pass (plan.candidates); a pass it does not name, not. Two bands of one row are two launches — each gets its
-own tiles from the autotuner.
+pass (plan.candidates); a pass it does not name, not (a row naming none runs only where pinned). Two bands of
+one row are two launches — each gets its own tiles from the autotuner.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ TABLE: tuple[BackendRow, ...] = (
     BackendRow(
         name="hopper_persistent",
         module="kernels.gdpa.hopper.persistent_backend",
-        description="the Hopper backend with one CTA per SM walking the key tiles in the backward",
-        prefer={"bwd": ()},  # never the table's pick: a backward candidate that auto times (plan.candidates)
-        source="measured on H200, kernels/gdpa/PERF.md (the persistent Hopper backward)",
+        description="the Hopper backend with one CTA per SM walking the key tiles in the backward, at any batch",
+        prefer={},  # pinned only: the hopper row's backward is this walk up to 2,048 sequences (plans.backward_walks)
+        source="measured on H100, kernels/gdpa/PERF.md (the persistent backward, longest first)",
     ),
     BackendRow(
         name="owned",

@@ -109,10 +109,12 @@ def forward(call, band, options=None, out=None, record=None):
 
 
 def backward(call, do, band, options=None, out=None, record=None):
-    """(dq, dk, dv) like (q, k, v), the rows of `band`'s sequences written."""
-    from kernels.gdpa.hopper import launch
+    """(dq, dk, dv) like (q, k, v), the rows of `band`'s sequences written: by one CTA per SM walking the key
+    tiles longest queries first up to 2,048 sequences, by FA4's grid of one CTA per key tile above
+    (plans.backward_walks says why)."""
+    from kernels.gdpa.hopper import launch, plans
 
-    return launch.backward(call, do, band, out=out, record=record)
+    return launch.backward(call, do, band, out=out, record=record, persistent=plans.backward_walks(call.batch))
 
 
 __all__ = [

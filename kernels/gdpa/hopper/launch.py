@@ -33,6 +33,7 @@ from kernels.gdpa.hopper.cache import (
 )
 from kernels.gdpa.hopper.device_ops import DEVICE_OPS
 from kernels.gdpa.hopper.fwd import GDPAForwardSm90, GDPAForwardSm90Persistent, scores_object
+from kernels.gdpa.hopper.grid_bwd import GridBackwardScheduler
 from kernels.gdpa.hopper.longest_first import longest_first_order
 from kernels.gdpa.hopper.operands import TORCH_TO_CUTE, as_kernel_operand, cute_dtype, filled
 from kernels.gdpa.hopper.persistent import persistent_scheduler
@@ -220,7 +221,7 @@ def _compile_backward(
     longest_first: bool = False,
 ):
     act = activations.build(activation, DEVICE_OPS, fold=dtype is not TORCH_TO_CUTE[torch.float16])  # fp16: P
-    kernel_cls, scheduler = GDPABackwardSm90, None
+    kernel_cls, scheduler = GDPABackwardSm90, GridBackwardScheduler
     assert persistent_ctas or not longest_first, "longest first is a persistent grid's order"
     if persistent_ctas:
         kernel_cls = GDPABackwardSm90Persistent
@@ -310,7 +311,7 @@ def backward_kernel(
 def backward(call: GDPACall, do, band: Band = WHOLE, out=None, record=None, persistent: bool = False):
     """(dq, dk, dv) like (q, k, v) with the rows of `band`'s sequences written (`out`: the tensors to write
     into, new when None). `persistent`: one CTA per SM walking the band's key tiles (persistent_bwd.py), else
-    FA4's grid of one CTA per key tile: the default (the persistent walk, PERF.md, is slower on the H200)."""
+    FA4's grid of one CTA per key tile. The Hopper backend picks one by plans.backward_walks."""
     do, q, k, v = (as_kernel_operand(t) for t in (do, call.q, call.k, call.v))
     dq, dk, dv = (_empty_like(t) for t in (q, k, v)) if out is None else out
     alpha, qk_scale = float(call.alpha), float(call.qk_scale)

@@ -1,12 +1,11 @@
-"""The Hopper backend with its persistent backward: a row of the backend table of its own (backends.py), so that
-backend="auto" times it against FA4's one-CTA-per-key-tile grid on the first call of a shape class.
+"""The Hopper backend with its persistent backward at every batch size: a row of the backend table of its own
+(backends.py), so that the walk can be pinned (`backend="hopper_persistent"`) and compared with the grid.
 
-Why a row and not a rule: on the H200 the persistent walk (persistent_bwd.py) ran 2-7% behind the grid on the
-bands that carry the work of log-normal and spike batches (PERF.md "The persistent Hopper backward"), and the
-grid became the default again (d468112); but the production runs before and after that switch put the walk
-ahead where the queries are short — seeds 1.142 vs 1.206 ms, target_history 1.007 vs 1.053 (2026-12-02 at
-e0f4875 vs 2026-12-03 at fcd901e, two machines) — and no host-known fact tells the two kinds of batch apart.
-Its forward is the Hopper row's (persistent already), so the row is a candidate of the backward only.
+The Hopper row's own backward is this walk up to 2,048 sequences, where it goes longest first and led FA4's grid on
+every measured set (plans.backward_walks); past that it is the grid, and this row the walk in batch order. So the
+row is no longer one of auto's candidates: at every batch it would time the Hopper row's kernel again, or the
+batch-order walk that ran 2-7% behind the grid on the H200's log-normal and spike bands (PERF.md "The persistent
+Hopper backward"). Its forward is the Hopper row's (persistent already).
 """
 
 from __future__ import annotations

@@ -39,6 +39,15 @@ def forward_config(
     )
 
 
+def backward_walks(batch: int) -> bool:
+    """Whether the Hopper backend's backward is the persistent walk (persistent_bwd.py) rather than FA4's grid of
+    one CTA per key tile: where the walk goes longest first (up to LONGEST_FIRST_MAX_BATCH sequences). There it
+    led the grid by 2-9% on every set of docs/experiments/bwd_longest_first_ab.yaml but uniform 2048 (level) on an
+    H100 (PERF.md "The persistent backward, longest first"); past it the walk goes in batch order, 2-7% behind the
+    grid on the H200's log-normal and spike bands (PERF.md "The persistent Hopper backward")."""
+    return batch <= LONGEST_FIRST_MAX_BATCH
+
+
 @dataclass(frozen=True)
 class BackwardPlan:
     cfg: BwdConfig  # FA4's tile configuration
