@@ -444,20 +444,23 @@ def backward_ptx(tmp_path_factory) -> dict:
 
 def test_persistent_backward_loads_the_next_key_tile_only_after_the_epilogue_stores(backward_ptx):
     """In the persistent backward every dK/dV epilogue waits for its TMA stores to have read shared memory
-    (`cp.async.bulk.wait_group.read 0`) and then the MMA threads arrive on barrier KV_FREE (256 MMA threads + the
-    load warp); the load warp syncs on it before it strides by the grid size to its next key tile (whose K and V
-    land where the epilogue staged dK and dV). FA4's one-tile grid has neither."""
+    (`cp.async.bulk.wait_group.read 0`) and then the MMA threads sync on barrier KV_FREE (256 MMA threads + the
+    load warp, both sides waiting: with an arrive, two key tiles without queries in a row could complete a phase
+    without the load warp); the load warp syncs on it before it strides by the grid size to its next key tile
+    (whose K and V land where the epilogue staged dK and dV). FA4's one-tile grid has neither."""
     from kernels.gdpa.hopper.persistent_bwd import KV_FREE
 
     found = backward_ptx
     lines = [" ".join(ln.split()) for ln in Path(found["PERSISTENT"]).read_text().splitlines()]
-    arrives = [i for i, ln in enumerate(lines) if ln == f"bar.arrive {KV_FREE}, 288;"]
+    assert not any(ln.startswith(f"bar.arrive {KV_FREE},") for ln in lines)
     syncs = [i for i, ln in enumerate(lines) if ln == f"bar.sync {KV_FREE}, 288;"]
-    assert len(arrives) == 2 and len(syncs) == 1, (arrives, syncs)  # two epilogue call sites, one load warp
-    for i in arrives:
-        waits = [j for j in range(i) if lines[j].startswith("cp.async.bulk.wait_group.read")]
-        assert waits and lines[waits[-1]].endswith("0;") and i - waits[-1] < 4, lines[max(0, i - 6) : i + 1]
-    assert any("%nctaid.x" in ln for ln in lines[syncs[0] : syncs[0] + 4])  # then the stride to the next tile
+    assert len(syncs) == 3, syncs  # two epilogue call sites, one load warp
+    after_stores = [
+        i for i in syncs if any(lines[j].startswith("cp.async.bulk.wait_group.read 0") for j in range(i - 4, i))
+    ]
+    assert len(after_stores) == 2, [lines[max(0, i - 6) : i + 1] for i in syncs]  # the epilogues'
+    load = next(i for i in syncs if i not in after_stores)
+    assert any("%nctaid.x" in ln for ln in lines[load : load + 4])  # then the stride to the next tile
     grid = Path(found["GRID"]).read_text()
     assert f"bar.arrive {KV_FREE}," not in grid and f"{KV_FREE}, 288" not in grid and "%nctaid.x" not in grid
 

@@ -10,10 +10,15 @@ FA4's three roles loop over tiles already (the load warp, the dQ-store warp and 
 a scheduler and advance in step), but one thing is written for one tile per CTA: the epilogue stages dK and
 dV in the shared memory of K and V (`epilogue_dKV`: sK / sV, or sV as fp32 for GQA's reduce-adds) and leaves
 its TMA stores in flight, while the load warp, once the tile's last query block is issued, would load the
-next tile's K and V into that memory. So the MMA warps arrive on a named barrier (`KV_FREE`) once the
-epilogue's stores have read shared memory, and the load warp waits on it before it moves to its next tile
-(`prefetch_next_work`, which only the load warp calls, once per tile, after the tile's loads). What that
-costs: the next tile's K/V/Q loads no longer overlap this tile's epilogue.
+next tile's K and V into that memory. So the MMA warps and the load warp meet on a named barrier (`KV_FREE`)
+once the epilogue's stores have read shared memory, before the load warp moves to its next tile
+(`prefetch_next_work`, which only the load warp calls, once per tile, after the tile's loads). Both sides wait
+(`bar.sync`): with the MMA side only arriving, a run of key tiles without query blocks (an epilogue of zeros, no
+loads) could let the MMA warps arrive for two tiles before the load warp's one, completing a phase without it
+and leaving the load warp waiting in the next one. The load warp reaches the barrier once its tile's last loads
+are issued, before the MMA warps finish that tile, so the MMA side does not wait there. What the barrier costs:
+the next tile's K/V/Q loads no longer overlap this tile's epilogue (letting them start under its dK half, with dK
+in a buffer of its own, measured no faster: kernels/gdpa/PERF.md "dK in its own buffer").
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ assert KV_FREE < 16, "sm90 has 16 named barriers"
 
 class PersistentBackwardScheduler(PersistentVarlenScheduler):
     """The forward's persistent varlen walk; before its next tile the load warp waits until the MMA warps'
-    epilogue no longer reads K's and V's shared memory (`KV_FREE`, arrived by PersistentBackwardMixin).
+    epilogue no longer reads K's and V's shared memory (`KV_FREE`, which PersistentBackwardMixin's MMA threads
+    wait on too).
     `THREADS`: the MMA threads plus the load warp (a class constant, like NUM_CTAS)."""
 
     THREADS = 288
@@ -67,7 +73,7 @@ def persistent_backward_scheduler(num_ctas: int, mma_threads: int, longest_first
 
 class PersistentBackwardMixin:
     """For a subclass of FlashAttentionBackwardSm90: after each tile's dK/dV epilogue, its TMA stores' reads
-    of shared memory complete, then the MMA threads arrive on `KV_FREE` (the load warp's wait)."""
+    of shared memory complete, then the MMA threads meet the load warp on `KV_FREE`."""
 
     def epilogue_dKV(self, *args, **kwargs):
         # FA4 runs the epilogue on every tile (zeros for a tile with no query block) only with varlen queries,
@@ -75,7 +81,7 @@ class PersistentBackwardMixin:
         assert self.is_varlen_q, "the persistent backward needs cu_seqlens_q (varlen queries)"
         result = super().epilogue_dKV(*args, **kwargs)
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # the thread that issued the stores: they have read
-        cute.arch.barrier_arrive(barrier_id=KV_FREE, number_of_threads=self.num_mma_threads + cute.arch.WARP_SIZE)
+        cute.arch.barrier(barrier_id=KV_FREE, number_of_threads=self.num_mma_threads + cute.arch.WARP_SIZE)
         return result
 
 
