@@ -8,7 +8,8 @@
 #   GDPA_GIT_SHA=<commit> bash docs/experiments/h200_session.sh tests-start \
 #     'bash docs/experiments/patch_ab.sh docs/experiments/pending/NAME.patch CONFIG.yaml kernels:600'
 #   bash docs/experiments/h200_session.sh tests-wait 540     # /tmp/gt/ab-<NAME>.tgz: both runs and the comparison
-# Groups after CONFIG: gpu_tests.sh GROUP[:SECONDS] in the patched copy, logs under /tmp/gt/<NAME>/.
+# Groups after CONFIG: gpu_tests.sh GROUP[:SECONDS] in the patched copy, logs under /tmp/gt/<NAME>/. CONFIG may be
+# one the patch adds: it is read from the patched copy and given to the unpatched one.
 # AB_DRY=1: only make the two copies (a check on any machine). AB_TAG=T: results in /tmp/runs-ab/<NAME>-T and
 # /tmp/gt/ab-<NAME>-T.tgz (a second A/B of the same patch).
 set -uo pipefail
@@ -18,7 +19,7 @@ name=$(basename "$patch" .patch)
 run_name=$name${AB_TAG:+-$AB_TAG}  # AB_TAG: two A/Bs of one patch keep their results apart
 R=/tmp/runs-ab/$run_name SHA=${GDPA_GIT_SHA:-$(git rev-parse HEAD)}
 log() { echo "[$(date +%T)] $*"; }
-[ -f "$patch" ] && [ -f "$config" ] || { echo "patch_ab.sh: no such patch or config: $patch $config" >&2; exit 2; }
+[ -f "$patch" ] || { echo "patch_ab.sh: no such patch: $patch" >&2; exit 2; }
 rm -rf "$R" && mkdir -p "$R" /tmp/gt
 for d in before after; do
   rm -rf "/tmp/ab-$name-$d" && mkdir -p "/tmp/ab-$name-$d"
@@ -26,6 +27,10 @@ for d in before after; do
     tar -xf - -C "/tmp/ab-$name-$d"
 done
 (cd "/tmp/ab-$name-after" && git apply "$OLDPWD/$patch") || { log "$patch does not apply"; exit 1; }
+# the config may be the patch's own (a new row's run): read from the patched tree, given to the unpatched one
+[ -f "/tmp/ab-$name-after/$config" ] || { echo "patch_ab.sh: no such config, with or without the patch: $config" >&2; exit 2; }
+[ -f "/tmp/ab-$name-before/$config" ] || { mkdir -p "$(dirname "/tmp/ab-$name-before/$config")" &&
+  cp "/tmp/ab-$name-after/$config" "/tmp/ab-$name-before/$config" && log "$config: the patch's own, copied to the unpatched state"; }
 [ "${AB_DRY:-}" = 1 ] && { log "AB_DRY: /tmp/ab-$name-before and -after are ready"; exit 0; }
 run() {  # state, the commit its records name
   log "start $1"
