@@ -12,9 +12,9 @@ import sys
 import torch
 
 sys.path.insert(0, "tests")
-from test_gdpa_packed import compare  # noqa: E402
+from test_gdpa_packed import compare
 
-from kernels.gdpa import GDPAOptions, packed_bwd  # noqa: E402
+from kernels.gdpa import GDPAOptions, packed_bwd
 
 index, d = int(sys.argv[1]), int(sys.argv[2])
 cfg = packed_bwd.BWD_CONFIGS[index]
