@@ -45,8 +45,10 @@ def main() -> None:
         index, d, which = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
         cfg = packed_bwd.BWD_CONFIGS[index]
         pack = 64 if which == "half" else 128
-        config = packed_bwd.tile_config(cfg)
-        if not packed_bwd._prune([config], {"PACK": pack, "D": d}):
+        configs = [packed_bwd.tile_config(c) for c in packed_bwd.BWD_CONFIGS]
+        config = configs[index]
+        # `_prune` never returns an empty list (it falls back to the first config): ask it about all of them
+        if not any(c is config for c in packed_bwd._prune(configs, {"PACK": pack, "D": d})):
             print(f"config {cfg} D {d} {which}: pruned, not run", flush=True)
             return
         packed_bwd.packed_bwd_kernel_tuned.configs = [config]
