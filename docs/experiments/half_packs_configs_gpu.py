@@ -6,6 +6,7 @@ launch in a fresh process (a fault poisons the CUDA context), from a tree with t
 AB_DRY copy):
 
     python3 docs/experiments/half_packs_configs_gpu.py config I D half|full   # BWD_CONFIGS[I] alone, if _prune keeps it
+    python3 docs/experiments/half_packs_configs_gpu.py tiles M W S D half|full # any (BLOCK_M, warps, stages), unpruned
     python3 docs/experiments/half_packs_configs_gpu.py production             # the log-normal 2048 batch, autotuned
 
 `half`: sequences of at most 64 tokens only (the 64-row plan alone); `full`: 65-128 only (the 128-row plan alone);
@@ -42,15 +43,19 @@ def main() -> None:
         options = GDPAOptions(bwd_plan=[["packed", 0, 128], ["hopper", 128, None]], fwd_plan=[["triton", 0, None]])
         errs = compare(lengths, H=4, Hkv=4, D=128, dtype=torch.bfloat16, device="cuda", options=options, record=record)
     else:
-        index, d, which = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-        cfg = packed_bwd.BWD_CONFIGS[index]
-        pack = 64 if which == "half" else 128
-        configs = [packed_bwd.tile_config(c) for c in packed_bwd.BWD_CONFIGS]
-        config = configs[index]
-        # `_prune` never returns an empty list (it falls back to the first config): ask it about all of them
-        if not any(c is config for c in packed_bwd._prune(configs, {"PACK": pack, "D": d})):
-            print(f"config {cfg} D {d} {which}: pruned, not run", flush=True)
-            return
+        if sys.argv[1] == "tiles":  # a candidate outside BWD_CONFIGS (a workaround's), run as given
+            cfg, (d, which) = tuple(int(a) for a in sys.argv[2:5]), (int(sys.argv[5]), sys.argv[6])
+            config = packed_bwd.tile_config(cfg)
+        else:
+            index, d, which = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+            cfg = packed_bwd.BWD_CONFIGS[index]
+            configs = [packed_bwd.tile_config(c) for c in packed_bwd.BWD_CONFIGS]
+            config = configs[index]
+            # `_prune` never returns an empty list (it falls back to the first config): ask it about all of them
+            pack = 64 if which == "half" else 128
+            if not any(c is config for c in packed_bwd._prune(configs, {"PACK": pack, "D": d})):
+                print(f"config {cfg} D {d} {which}: pruned, not run", flush=True)
+                return
         packed_bwd.packed_bwd_kernel_tuned.configs = [config]
         what = f"config {cfg} D {d} {which}"
         errs = compare(LENGTHS[which], H=4, Hkv=2, D=d, dtype=torch.bfloat16, device="cuda", seed=5, options=PACKED,
