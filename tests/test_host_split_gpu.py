@@ -26,3 +26,17 @@ def test_the_host_measures_are_numbers_on_any_machine():
     assert probe.host_loop_us() > 0
     mhz = probe.core_mhz()
     assert mhz is None or mhz > 0
+
+
+def test_the_profiles_case_is_a_production_config(monkeypatch):
+    """docs/experiments/host_split_profile_gpu.py profiles one of those cases: it must be there too."""
+    from bench.config.models import load_config
+
+    spec = importlib.util.spec_from_file_location(
+        "host_split_profile_gpu", ROOT / "docs" / "experiments" / "host_split_profile_gpu.py"
+    )
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    monkeypatch.chdir(ROOT)
+    ids = {case.id for case in load_config("configs/production.yaml").cases}
+    assert {f"{profile.CASE}/gdpa", f"{profile.CASE}/gdpa_hopper"} <= ids
