@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE
+from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE, THERMAL_REASONS
+
+SHOWN_THERMAL = 5  # ids named in the thermal sentence; the rest counted
 
 
 def claims(counts: dict) -> list[str]:
@@ -40,4 +42,13 @@ def claims(counts: dict) -> list[str]:
         )
     elif not coarse:
         lines.append("The estimator agreement cannot be judged: no case records avg_w_same_span (an older run).")
+    hot = counts.get("thermal") or {}
+    if hot:
+        named = "; ".join(f"{cid} ({what})" for cid, what in list(hot.items())[:SHOWN_THERMAL])
+        more = f"; and {len(hot) - SHOWN_THERMAL} more" if len(hot) > SHOWN_THERMAL else ""
+        lines.append(
+            f"{len(hot)} of {n} cases ran with a thermal clock reason ({', '.join(THERMAL_REASONS)}): temperature, "
+            f"not only the power cap, set their clock, so their times say as much about the card's state as about "
+            f"the kernel: {named}{more}."
+        )
     return lines

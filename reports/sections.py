@@ -22,7 +22,7 @@ from reports.profiling import profiling_section, profiling_warnings
 from results.derived import power_of
 from results.frame import provider_label
 from results.metrics import WORKLOAD_METRICS, shown_in
-from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE, counter_resolves
+from results.power import ABOVE_CAP_MARGIN, ESTIMATOR_TOLERANCE, counter_resolves, thermal
 from results.rates import rate
 
 # ------------------------------------------------------------------------------------------- sections
@@ -95,6 +95,21 @@ def _warnings(meta: dict, cases: pd.DataFrame) -> list[str]:
         out.append(
             f"{apart} of {with_power} cases have their two power estimators (energy counter; samples over the same "
             f"span) more than {ESTIMATOR_TOLERANCE:.0%} apart (`power.estimators_disagree`)."
+        )
+    hot = (
+        [
+            r["id"]
+            for _, r in cases[cases["power_w"].notna() & (cases["status"] == "ok")].iterrows()
+            if thermal(power_of(r))
+        ]
+        if with_power
+        else []
+    )
+    if hot:
+        out.append(
+            f"{len(hot)} of {with_power} cases ran with a thermal clock reason: temperature, not only the power cap, "
+            f"set their clock (the cases table's `reasons`; `gdpa-bench power-checks` names them): {', '.join(hot[:5])}"
+            + (f" and {len(hot) - 5} more." if len(hot) > 5 else ".")
         )
     mon = meta.get("monitor") if isinstance(meta.get("monitor"), dict) else None
     if mon is not None and mon.get("available") is False:

@@ -15,6 +15,8 @@ from typing import Any
 
 ABOVE_CAP_MARGIN = 0.03  # a case above cap × 1.03 is flagged: the cap controller's overshoot is ~3%
 ESTIMATOR_TOLERANCE = 0.05  # counter and samples over the same span: within 5%, or the case is flagged
+# NVML's clock-event reasons that say temperature, not the power cap, set the clock (bench.monitor.reasons)
+THERMAL_REASONS = ("sw_thermal", "hw_thermal", "hw_slowdown")
 
 
 def _num(x: Any) -> float | None:
@@ -77,11 +79,23 @@ def power_flags(power: dict) -> dict:
     }
 
 
+def thermal(power: dict | None) -> str | None:
+    """`sw_thermal at 68 °C` where a case's energy loop saw a thermal reason (THERMAL_REASONS), else None: its
+    clock was held down by temperature, so its time says as much about the card's state as about the kernel
+    (f20b010's H100 production run: the uniform 4096 cases at 68-70 °C, `sw_thermal` and no power cap)."""
+    reasons = [r for r in ((power or {}).get("reasons") or []) if r in THERMAL_REASONS]
+    if not reasons:
+        return None
+    temp = _num((power or {}).get("temperature_c_max"))
+    return ", ".join(reasons) + (f" at {temp:.0f} °C" if temp is not None else "")
+
+
 def power_counts(cases: list[dict]) -> dict:
     """Counts over the ok cases with a `power` dict: how many saw `sw_power_cap`, were above cap + 3%,
     or had their two estimators more than 5% apart (`*_unknown`: cases that cannot be judged; of them
-    `coarse_counter`: an energy loop too short for the counter to resolve the tolerance)."""
-    out = {"ok": 0, "with_power": 0, "sw_power_cap": 0, "above_cap": 0, "estimators_disagree": 0}
+    `coarse_counter`: an energy loop too short for the counter to resolve the tolerance); `thermal`: the ids
+    of those whose clock temperature held down (`thermal`), with what their record says."""
+    out = {"ok": 0, "with_power": 0, "sw_power_cap": 0, "above_cap": 0, "estimators_disagree": 0, "thermal": {}}
     out |= {"above_cap_unknown": 0, "estimators_unknown": 0, "coarse_counter": 0, "cap_w": None}
     for c in cases:
         if c.get("status") != "ok":
@@ -93,6 +107,8 @@ def power_counts(cases: list[dict]) -> dict:
         out["with_power"] += 1
         out["cap_w"] = out["cap_w"] or _num(p.get("cap_w"))
         out["sw_power_cap"] += "sw_power_cap" in (p.get("reasons") or [])
+        if (hot := thermal(p)) is not None:
+            out["thermal"][str(c.get("id"))] = hot
         flags = power_flags(p)
         out["coarse_counter"] += _num(p.get("avg_w_from_energy")) is not None and not counter_resolves(p)
         for key, unknown in (("above_cap", "above_cap_unknown"), ("estimators_disagree", "estimators_unknown")):

@@ -54,6 +54,7 @@ import numpy as np
 
 from results.checks import check_results
 from results.drift import drift
+from results.power import thermal
 from results.power_csv import read_power
 from results.record import samples_clock
 
@@ -194,9 +195,9 @@ def compare_case(
     verdict, msg = _wall_verdict(change, base_samples, cur_samples, settings, kw)
     per_clock = kw.get("clock_norm_change")
     if verdict == "slower" and per_clock is not None and abs(per_clock) <= threshold:
-        msg += (
-            f"; clock-normalised {per_clock:+.1%}: the SM clock fell {base_clock:.0f}→{cur_clock:.0f} MHz "
-            "(power/thermal?)"
+        hot = thermal(cur.get("power"))
+        msg += f"; clock-normalised {per_clock:+.1%}: the SM clock fell {base_clock:.0f}→{cur_clock:.0f} MHz " + (
+            f"({hot} in the current run)" if hot else "(power/thermal?)"
         )
     drifts = [
         (side, d, p)

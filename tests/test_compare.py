@@ -192,6 +192,11 @@ def test_clock_normalised_change(tmp_path):
     # (1.32 · 1500/1980 − 1) = 0 up to the 1e-6 ms rounding of the stored samples
     assert r["clock_norm_change"] == pytest.approx(1.32 * 1500 / 1980 - 1, abs=1e-5)
     assert "clock-normalised" in r["message"] and "1980→1500" in r["message"]
+    assert "(power/thermal?)" in r["message"]  # the record names no reason: the message cannot say which
+    hot_power = {"reasons": ["sw_power_cap", "sw_thermal"], "temperature_c_max": 70}
+    cur[0]["power"] = {**(cur[0].get("power") or {}), **hot_power}
+    (hot,) = compare_runs(synth.make_results(base), synth.make_results(cur))
+    assert "1980→1500 MHz (sw_thermal at 70 °C in the current run)" in hot["message"], hot["message"]
     no_clock = [case("gdpa_triton", noisy(1.0, seed=50), clock=None)]
     (r2,) = compare_runs(synth.make_results(no_clock), synth.make_results(cur))
     assert r2["clock_norm_change"] is None

@@ -106,6 +106,33 @@ def test_a_failing_time_bar_says_whether_the_power_cap_or_the_cycles_held_it(tmp
     assert all("—" not in x for x in lines if x.startswith("  ok"))
 
 
+def test_a_side_whose_clock_temperature_held_says_so(tmp_path, capsys):
+    """f20b010's H100 production run: uniform/bwd/L=4096 failed at 0.94x (1.00x in SM cycles) with gdpa's energy
+    loop at 68 °C under `sw_thermal`, not the power cap: the line names the thermal reason and the temperature."""
+    bwd = "uniform/bwd/L=4096"
+    cases = [
+        _case(
+            bwd,
+            "gdpa",
+            193.35,
+            sm_clock_mhz=1470.0,
+            power={"headline_w": 636.0, "frac_sw_power_cap": 0.0, "reasons": ["sw_thermal"], "temperature_c_max": 68},
+        ),
+        _case(
+            bwd,
+            "fa4",
+            182.10,
+            sm_clock_mhz=1560.0,
+            power={"headline_w": 655.0, "frac_sw_power_cap": 1.0, "reasons": ["sw_power_cap"], "temperature_c_max": 69},
+        ),
+        _case(bwd, "gdpa_hopper", 193.0),
+    ]
+    assert bars.main([str(_run(tmp_path, "prod", cases))]) == 1
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith(f"FAIL  {bwd}: gdpa vs fa4")]
+    want = "— fa4 1560 MHz 655 W at cap, gdpa 1470 MHz 636 W thermal: sw_thermal at 68 °C; in SM cycles 1.00x"
+    assert line.endswith(want), line
+
+
 def test_auto_behind_a_pinned_backend_says_which_plan_it_ran_and_the_clocks(tmp_path, capsys):
     """Where `gdpa` trails the faster pinned backend, the line names the plan auto ran; where that is the pinned
     backend's own plan it says so with the two kernel sums, so a gap of the two windows' clocks (the same kernel at

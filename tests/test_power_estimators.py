@@ -340,11 +340,32 @@ def test_power_counts_and_the_sentences():
         "estimators_unknown": 1,
         "coarse_counter": 0,
         "cap_w": 700.0,
+        "thermal": {},
     }
     text = "\n".join(claims(c))
     assert "sw_power_cap was set during the energy loop of 2 of 3 cases" in text
     assert "1 of 3 cases average above 700 W + 3%" in text
     assert "1 of 2 cases have their two power estimators" in text and "1 cannot be judged" in text
+    assert "thermal" not in text  # no case saw a thermal reason: no sentence
+
+
+def test_a_case_whose_clock_temperature_held_is_named():
+    """f20b010's H100 production run: uniform/bwd/L=4096/gdpa ran at 68 °C with `sw_thermal` and no power cap
+    (1470 MHz against FA4's 1560 at the cap): the counts name such cases, the sentence says what that means,
+    and the power cap alone, or a not-ok case, is not thermal."""
+    hot = {"avg_w": 636, "cap_w": 700, "reasons": ["sw_thermal"], "temperature_c_max": 68}
+    cases = [{**_case(**hot), "id": f"uniform/bwd/L=4096/p{i}"} for i in range(7)]
+    cases.append({**_case(avg_w=655, cap_w=700, reasons=["sw_power_cap"], temperature_c_max=69), "id": "capped"})
+    cases.append({**_case("failed", **hot), "id": "failed"})
+    cases.append({**_case(avg_w=700, reasons=["hw_slowdown", "sw_power_cap"]), "id": "slowdown"})
+    c = power_counts(cases)
+    assert list(c["thermal"]) == [f"uniform/bwd/L=4096/p{i}" for i in range(7)] + ["slowdown"]
+    assert c["thermal"]["uniform/bwd/L=4096/p0"] == "sw_thermal at 68 °C"
+    assert c["thermal"]["slowdown"] == "hw_slowdown"  # no temperature recorded: none claimed
+    text = "\n".join(claims(c))
+    assert "8 of 9 cases ran with a thermal clock reason" in text, text
+    assert "uniform/bwd/L=4096/p0 (sw_thermal at 68 °C)" in text and "; and 3 more." in text
+    assert "capped" not in text and "failed" not in text
 
 
 def test_power_checks_on_the_committed_example_run(capsys):
@@ -356,3 +377,27 @@ def test_power_checks_on_the_committed_example_run(capsys):
     assert "3 of 293 cases have their two power estimators" in out
     assert main(["power-checks", str(ROOT / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_the_reports_overview_names_the_cases_temperature_held():
+    """The report's overview says which cases ran with a thermal reason (the power-checks sentence in short), and
+    says nothing where none did: a run's power-capped cases are not thermal."""
+    import importlib.util
+
+    from reports.sections import _warnings
+    from results.frame import cases_frame
+
+    spec = importlib.util.spec_from_file_location("gdpa_synth", Path(__file__).parent / "fixtures" / "synth.py")
+    synth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synth)
+    hot = {"avg_w": 636.0, "reasons": ["sw_thermal"], "temperature_c_max": 68}
+    cases = [synth.make_case("gdpa", L=L, power=hot) for L in (512, 1024)]
+    cases += [synth.make_case("fa4", L=L, power={"avg_w": 690.0}) for L in (512, 1024)]
+    lines = [x for x in _warnings({}, cases_frame(cases)) if "thermal" in x]
+    assert lines == [
+        "2 of 4 cases ran with a thermal clock reason: temperature, not only the power cap, set their clock (the "
+        "cases table's `reasons`; `gdpa-bench power-checks` names them): set1/fwd/L=512/fill=1.0/gdpa, "
+        "set1/fwd/L=1024/fill=1.0/gdpa."
+    ], lines
+    cool = cases[2:]
+    assert not [x for x in _warnings({}, cases_frame(cool)) if "thermal" in x]

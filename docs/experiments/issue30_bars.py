@@ -10,7 +10,8 @@ against fa4 (each >= 1.0x, geo fwd >= 1.35x, bwd >= 1.15x) and against hstu on t
 >= 1.0x). Ratios are of medians (`median_ms`); a case that is not ok makes its comparison fail. One line
 per comparison, the failing ones marked; exit 1 when any bar fails. A failing time ratio says what limited it
 (issue 30: "a bar that cannot be met is reported as measured, with the evidence"): each side's SM clock and
-power (energy counter), `at cap` where NVML named the software power cap through the samples, and the ratio
+power (energy counter), `at cap` where NVML named the software power cap through the samples, `thermal: …` where
+it named a thermal reason (results.power.thermal: the card's temperature held that side's clock), and the ratio
 in SM cycles (median × clock) — at the 700 W cap a kernel's time follows its energy per call, so a bar that
 fails in time but holds in cycles is an energy bar, not a cycle one (kernels/gdpa/PERF.md); a side whose call
 outran its kernels (`host_bound`) says so, with its kernel time a call and its energy loop's time a call, and the
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from results.figures import HOST_BOUND_IDLE
 from results.files import read_results, results_path
-from results.power import counter_resolves
+from results.power import counter_resolves, thermal
 
 # set -> (fwd bar, bwd bar): fa4 time / gdpa time
 PRODUCTION = {
@@ -81,6 +82,8 @@ def why(slow: dict | None, fast: dict | None) -> str:
         mhz = c.get("sm_clock_mhz")
         facts = [f"{mhz:.0f} MHz" if mhz else "", f"{watts:.0f} W{how}" if watts else ""]
         facts.append("at cap" if (power.get("frac_sw_power_cap") or 0.0) >= 0.5 else "")
+        hot = thermal(power)
+        facts.append(f"thermal: {hot}" if hot else "")  # the card's temperature, not the kernel, held the clock
         return " ".join(f for f in facts if f)
 
     sides = [(c["provider"], side(c)) for c in (slow, fast)]
