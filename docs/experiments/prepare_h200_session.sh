@@ -66,11 +66,13 @@ for spec in "${states[@]}"; do
 done
 
 mkdir -p .peers
+missing=()
 for pair in facebookresearch+ads_model_kernel_library:ads_model_kernel_library \
   meta-recsys+generative-recommenders:generative-recommenders; do
   src=/work/.mirror/${pair%%:*}/repo dst=.peers/${pair##*:}
   if [ -d "$dst/.git" ]; then continue; fi
-  if [ -d "$src" ]; then git clone -q "$src" "$dst" && log "cloned $dst"; else log "no mirror $src: fetch it first"; fi
+  if [ -d "$src" ]; then git clone -q "$src" "$dst" && log "cloned $dst"; else
+    log "no mirror $src: fetch it first"; missing+=("github:${pair%%:*}"); fi
 done
 
 if [ "$fbtriton" = 1 ] && [ ! -d .fbtriton/p0 ]; then
@@ -82,3 +84,8 @@ tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 log "carry sizes (MiB; each call also carries the tracked tree, $((tree / 1048576)) MiB; limit 64):"
 du -sm .fa4/p1 .fa4/p2 .hk .peers .fbtriton/p* 2>/dev/null || true
 for spec in "${states[@]}"; do du -sm "${spec%%=*}"; done
+# a .peers without a peer is 1 MB that carries fine and fails the peers run on the device: say so last (2026-12-08)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "prepare_h200_session.sh: .peers is incomplete: fetch ${missing[*]//+//} (the fetch tool), then run this again" >&2
+  exit 3
+fi
